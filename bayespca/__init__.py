@@ -1,0 +1,15 @@
+"""bayespca: principal component analysis in all its forms, as a Bayesian workflow.
+
+Importing bayespca switches JAX to 64-bit floats
+(``jax.config.update("jax_enable_x64", True)``): the package promises
+agreement with LAPACK-based references to ~1e-10, which float32 cannot give.
+Import bayespca (or set the flag yourself) before creating JAX arrays.
+"""
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]

@@ -1,0 +1,318 @@
+"""Input validation shared by every bayespca estimator.
+
+Every estimator turns its input into a dense float64 ``(n_samples, n_features)``
+NumPy array through :func:`validate_fit` (at ``fit``) and
+:func:`validate_transform` (at ``transform``, ``score``, ...). Keeping the
+rules in one place means that every estimator accepts the same inputs
+(NumPy arrays, nested lists, JAX arrays, pandas DataFrames) and rejects bad
+input with the same messages.
+
+Missing values are encoded as NaN. Estimators that can handle them pass
+``allow_nan=True`` and receive the boolean mask of missing entries; all other
+estimators reject NaN with a ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, NamedTuple
+
+import numpy as np
+from sklearn.exceptions import NotFittedError
+
+__all__ = [
+    "ValidatedData",
+    "as_float_matrix",
+    "check_is_fitted",
+    "validate_fit",
+    "validate_transform",
+]
+
+_ACCEPTED = "a 2-D array-like of real numbers (NumPy array, nested list, JAX array or pandas DataFrame)"
+
+
+class ValidatedData(NamedTuple):
+    """A validated data matrix.
+
+    Attributes
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+        C-contiguous float64 copy or view of the input. Missing entries stay NaN.
+    missing : ndarray of bool, shape (n_samples, n_features), or None
+        True where an entry is missing; ``None`` when nothing is missing (the
+        common case, so callers can take the fast complete-data path).
+    """
+
+    X: np.ndarray
+    missing: np.ndarray | None
+
+
+def _feature_names(X: Any, name: str) -> np.ndarray | None:
+    """Column names of a DataFrame when all of them are strings, else None."""
+    columns = getattr(X, "columns", None)
+    if columns is None or not hasattr(X, "iloc"):
+        return None
+    names = np.asarray(columns, dtype=object)
+    kinds = {isinstance(c, str) for c in names}
+    if kinds == {True}:
+        return names
+    if kinds == {True, False}:
+        raise TypeError(
+            f"{name} has column names of mixed types "
+            f"({sorted({type(c).__name__ for c in names})}); feature names are only "
+            "used when all column names are strings. Convert them with "
+            f"{name}.columns = {name}.columns.astype(str)."
+        )
+    return None
+
+
+def _from_dataframe(X: Any, name: str) -> np.ndarray:
+    bad = [
+        str(col)
+        for col, dtype in zip(X.columns, X.dtypes, strict=True)
+        if not (
+            np.issubdtype(getattr(dtype, "numpy_dtype", dtype), np.number)
+            or np.issubdtype(getattr(dtype, "numpy_dtype", dtype), np.bool_)
+        )
+        or getattr(dtype, "name", "") == "category"
+    ]
+    if bad:
+        raise TypeError(
+            f"{name} has non-numeric columns {bad[:5]}{'...' if len(bad) > 5 else ''}; "
+            f"accepted: {_ACCEPTED}. Encode or drop those columns first."
+        )
+    # Nullable pandas dtypes hold pd.NA, which becomes NaN here (a missing value).
+    return X.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def as_float_matrix(X: Any, *, name: str = "X", allow_nan: bool = False) -> np.ndarray:
+    """Convert ``X`` to a finite, 2-D, C-contiguous float64 array.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        NumPy array, nested list, JAX array or pandas DataFrame of real numbers
+        (bool and integer dtypes are converted).
+    name : str, default="X"
+        Argument name used in error messages.
+    allow_nan : bool, default=False
+        Whether NaN (a missing value) is allowed. ``inf`` never is.
+
+    Returns
+    -------
+    ndarray of shape (n_samples, n_features), float64
+
+    Raises
+    ------
+    TypeError
+        Sparse, complex-free non-numeric (strings, objects, datetimes) input.
+    ValueError
+        Complex numbers, not 2-D, empty, infinite values, or NaN when
+        ``allow_nan`` is False.
+
+    Examples
+    --------
+    >>> as_float_matrix([[1, 2], [3, 4]]).dtype
+    dtype('float64')
+    """
+    if hasattr(X, "toarray") or type(X).__module__.startswith("scipy.sparse"):
+        raise TypeError(
+            f"{name} is a scipy sparse matrix ({type(X).__name__}); bayespca needs dense "
+            f"input: pass {name}.toarray()."
+        )
+    if hasattr(X, "iloc") and hasattr(X, "dtypes") and getattr(X, "ndim", 2) == 2:
+        arr = _from_dataframe(X, name)
+    else:
+        try:
+            arr = np.asarray(X)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} could not be read as an array ({exc}); accepted: {_ACCEPTED}.") from None
+        if np.iscomplexobj(arr):
+            raise ValueError(
+                f"Complex data not supported: {name} has dtype {arr.dtype}; accepted: {_ACCEPTED}."
+            )
+        if arr.dtype.kind not in "biuf":
+            if arr.dtype.kind in "OUS":
+                try:
+                    arr = arr.astype(np.float64)
+                except (TypeError, ValueError) as exc:
+                    raise TypeError(
+                        f"{name} contains non-numeric values ({exc}); accepted: {_ACCEPTED}."
+                    ) from None
+            else:
+                raise TypeError(f"{name} has dtype {arr.dtype}, which is not numeric; accepted: {_ACCEPTED}.")
+    if arr.ndim != 2:
+        hint = (
+            f" Reshape with {name}.reshape(-1, 1) for one feature or {name}.reshape(1, -1) for one sample."
+            if arr.ndim == 1
+            else ""
+        )
+        raise ValueError(
+            f"{name} must be 2-D (n_samples, n_features); got a {arr.ndim}-D array with shape "
+            f"{arr.shape}.{hint}"
+        )
+    arr = np.ascontiguousarray(arr, dtype=np.float64)
+    if arr.size == 0:
+        raise ValueError(
+            f"{name} is empty (shape {arr.shape}); at least 1 sample and 1 feature are required."
+        )
+    # Summing is a cheap test for the common all-finite case; only on failure
+    # is the element-wise scan done to say what is wrong.
+    if not np.isfinite(arr.sum()):
+        if np.isinf(arr).any():
+            raise ValueError(f"{name} contains infinity (inf); accepted: finite values"
+                             f"{' or NaN for missing entries' if allow_nan else ''}.")
+        if not allow_nan and np.isnan(arr).any():
+            raise ValueError(
+                f"{name} contains NaN; this estimator does not accept missing values. "
+                "Use bayespca.PPCA or bayespca.FactorAnalysis, which model them, or impute first."
+            )
+        if np.isnan(arr).sum() == 0:
+            raise ValueError(
+                f"{name} holds values so large that their sum overflows float64; rescale {name}."
+            )
+    return arr
+
+
+def validate_fit(
+    estimator: Any, X: Any, *, allow_nan: bool = False, min_samples: int = 2
+) -> ValidatedData:
+    """Validate training data and record its shape and feature names on ``estimator``.
+
+    Sets ``estimator.n_features_in_`` and, for a DataFrame with string column
+    names, ``estimator.feature_names_in_`` (deleted otherwise, as scikit-learn
+    does).
+
+    Parameters
+    ----------
+    estimator : object
+        The estimator being fitted.
+    X : array-like of shape (n_samples, n_features)
+        Training data; see :func:`as_float_matrix` for what is accepted.
+    allow_nan : bool, default=False
+        Whether NaN marks a missing value. Features with no observed value are
+        rejected, since nothing can be estimated for them.
+    min_samples : int, default=2
+        Minimum number of samples.
+
+    Returns
+    -------
+    ValidatedData
+        ``(X, missing)``; ``missing`` is None when nothing is missing.
+
+    Examples
+    --------
+    >>> from bayespca import PCA
+    >>> data = validate_fit(PCA(), [[1.0, 2.0], [3.0, float("nan")], [0.5, 1.0]], allow_nan=True)
+    >>> data.missing.sum()
+    np.int64(1)
+    """
+    names = _feature_names(X, "X")
+    arr = as_float_matrix(X, name="X", allow_nan=allow_nan)
+    n, d = arr.shape
+    if n < min_samples:
+        raise ValueError(
+            f"X has {n} sample{'s' if n != 1 else ''} (n_samples = {n}); "
+            f"{type(estimator).__name__} needs at least {min_samples} samples."
+        )
+    missing = None
+    if allow_nan:
+        nan = np.isnan(arr)
+        if nan.any():
+            empty = np.flatnonzero(nan.all(axis=0))
+            if empty.size:
+                raise ValueError(
+                    f"X has features with no observed value (column indices {empty[:10].tolist()}); "
+                    "drop them: nothing can be estimated for a feature that is never observed."
+                )
+            missing = nan
+    estimator.n_features_in_ = d
+    if names is not None:
+        estimator.feature_names_in_ = names
+    elif hasattr(estimator, "feature_names_in_"):
+        del estimator.feature_names_in_
+    return ValidatedData(arr, missing)
+
+
+def check_is_fitted(estimator: Any, attribute: str = "n_features_in_") -> None:
+    """Raise ``sklearn.exceptions.NotFittedError`` unless ``estimator`` was fitted."""
+    if not hasattr(estimator, attribute):
+        raise NotFittedError(
+            f"This {type(estimator).__name__} instance is not fitted yet. Call 'fit' with "
+            "appropriate arguments before using this estimator."
+        )
+
+
+def validate_transform(estimator: Any, X: Any, *, allow_nan: bool = False) -> ValidatedData:
+    """Validate new data against what ``estimator`` saw at fit time.
+
+    Checks that the estimator is fitted, that ``X`` has ``n_features_in_``
+    columns and, when the estimator was fitted on named columns, that the
+    names match in the same order.
+
+    Parameters
+    ----------
+    estimator : fitted estimator
+    X : array-like of shape (n_samples, n_features)
+    allow_nan : bool, default=False
+        Whether NaN marks a missing value.
+
+    Returns
+    -------
+    ValidatedData
+
+    Examples
+    --------
+    >>> from bayespca import PCA
+    >>> pca = PCA(1).fit([[1.0, 2.0], [2.0, 4.1], [3.0, 5.9]])
+    >>> validate_transform(pca, [[1.0, 2.0, 3.0]])
+    Traceback (most recent call last):
+    ...
+    ValueError: X has 3 features, but PCA is expecting 2 features as input.
+    """
+    check_is_fitted(estimator)
+
+    fitted_names = getattr(estimator, "feature_names_in_", None)
+    names = _feature_names(X, "X")
+    cls = type(estimator).__name__
+    if fitted_names is not None and names is None:
+        warnings.warn(
+            f"X does not have valid feature names, but {cls} was fitted with feature names",
+            UserWarning,
+            stacklevel=3,
+        )
+    elif fitted_names is None and names is not None:
+        warnings.warn(
+            f"X has feature names, but {cls} was fitted without feature names",
+            UserWarning,
+            stacklevel=3,
+        )
+    elif fitted_names is not None and (
+        len(names) != len(fitted_names) or np.any(names != fitted_names)
+    ):
+        unexpected = sorted(set(names) - set(fitted_names))
+        absent = sorted(set(fitted_names) - set(names))
+        detail = []
+        if unexpected:
+            detail.append(f"unseen at fit time: {unexpected[:5]}")
+        if absent:
+            detail.append(f"seen at fit time but missing now: {absent[:5]}")
+        if not detail:
+            detail.append("same names in a different order")
+        raise ValueError(
+            "The feature names should match those that were passed during fit; "
+            + "; ".join(detail)
+            + "."
+        )
+    arr = as_float_matrix(X, name="X", allow_nan=allow_nan)
+    if arr.shape[1] != estimator.n_features_in_:
+        raise ValueError(
+            f"X has {arr.shape[1]} features, but {cls} is expecting "
+            f"{estimator.n_features_in_} features as input."
+        )
+    missing = None
+    if allow_nan:
+        nan = np.isnan(arr)
+        if nan.any():
+            missing = nan
+    return ValidatedData(arr, missing)

@@ -1,0 +1,305 @@
+"""Dense linear algebra for PCA: the four SVD solvers and the sign convention.
+
+Each solver returns the leading singular triplets of the *centred* data
+matrix ``Xc = X - 1 mean^T`` without forming it when it does not have to:
+
+========== ========================================= ==========================
+solver     computes                                  cost (flops, leading term)
+========== ========================================= ==========================
+full       thin SVD of ``Xc`` (LAPACK gesdd)         ~ 4 n d min(n, d)
+covariance eigh of the scatter ``Xc^T Xc`` (d x d)   n d^2 + ~4 d^3
+gram       eigh of the Gram matrix ``Xc Xc^T`` (n x n) n^2 d + ~4 n^3
+randomized Halko-Martinsson-Tropp range finder with   4 (q + 1) n d (k + p)
+           q power iterations, then a small SVD
+========== ========================================= ==========================
+
+The covariance and Gram solvers square the condition number: an eigenvalue
+``lambda_j`` of the scatter matrix is accurate to about ``eps * lambda_1``
+in absolute terms, so singular values far below ``sqrt(eps) * s_1`` lose
+relative accuracy (the full SVD keeps ``eps * s_1``). The randomized solver is
+accurate to machine precision when the spectrum decays past ``k + p`` and to
+about ``s_{k+1} (s_{k+p+1}/s_k)^(2q)`` otherwise (Halko et al. 2011, Thm 10.8).
+
+All solvers finish with :func:`flip_signs`, so their output is the same up
+to rounding whichever one ran.
+
+References
+----------
+N. Halko, P.-G. Martinsson, J. A. Tropp (2011). Finding structure with
+randomness: probabilistic algorithms for constructing approximate matrix
+decompositions. SIAM Review 53(2), 217-288.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import scipy.linalg
+
+__all__ = [
+    "SVD",
+    "centred_scatter",
+    "flip_signs",
+    "svd_covariance",
+    "svd_full",
+    "svd_gram",
+    "svd_randomized",
+]
+
+# Rows per block when forming the centred scatter matrix: the centred block
+# stays in cache, so centring costs no extra pass over X in memory.
+_BLOCK_ROWS = 4096
+
+
+class SVD(NamedTuple):
+    """Leading singular triplets of a centred data matrix.
+
+    Attributes
+    ----------
+    singular_values : ndarray of shape (r,)
+        Descending, non-negative.
+    components : ndarray of shape (r, d)
+        Right singular vectors as rows (orthonormal).
+    scores : ndarray of shape (n, r) or None
+        ``U * singular_values`` (the projected data) when the solver gets it
+        for free, else None.
+    """
+
+    singular_values: np.ndarray
+    components: np.ndarray
+    scores: np.ndarray | None
+
+
+def flip_signs(components: np.ndarray, scores: np.ndarray | None = None):
+    """Make the largest-magnitude entry of each component positive.
+
+    This is scikit-learn's ``svd_flip(u_based_decision=False)`` rule, and it
+    makes every solver give the same signs.
+
+    Parameters
+    ----------
+    components : ndarray of shape (r, d)
+    scores : ndarray of shape (n, r), optional
+        Flipped together with the components so that ``scores @ components``
+        is unchanged.
+
+    Returns
+    -------
+    components, scores : ndarrays (scores is None if not given)
+
+    Examples
+    --------
+    >>> flip_signs(np.array([[0.6, -0.8]]))[0]
+    array([[-0.6,  0.8]])
+    """
+    if components.shape[0] == 0:
+        return components, scores
+    idx = np.argmax(np.abs(components), axis=1)
+    signs = np.sign(components[np.arange(components.shape[0]), idx])
+    signs[signs == 0] = 1.0
+    components = components * signs[:, None]
+    if scores is not None:
+        scores = scores * signs[None, :]
+    return components, scores
+
+
+def centred_scatter(X: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """Scatter matrix ``(X - mean)^T (X - mean)`` of shape (d, d).
+
+    Centring happens block by block, which is both as accurate as centring
+    X first and as fast as ``X^T X - n mean mean^T`` (which cancels
+    catastrophically when ``|mean|`` is large against the spread).
+
+    Examples
+    --------
+    >>> X = np.array([[1.0, 2.0], [3.0, 6.0]])
+    >>> centred_scatter(X, X.mean(0))
+    array([[2., 4.],
+           [4., 8.]])
+    """
+    n, d = X.shape
+    scatter = np.zeros((d, d))
+    for start in range(0, n, _BLOCK_ROWS):
+        block = X[start : start + _BLOCK_ROWS] - mean
+        scatter += block.T @ block
+    return scatter
+
+
+def _complete_basis(components: np.ndarray, n_missing: int) -> np.ndarray:
+    """Orthonormal rows orthogonal to ``components`` (for zero singular values).
+
+    The directions of zero singular values are arbitrary; a fixed seed keeps
+    them reproducible.
+    """
+    d = components.shape[1]
+    gauss = np.random.default_rng(0).standard_normal((d, n_missing))
+    gauss -= components.T @ (components @ gauss)
+    q, _ = np.linalg.qr(gauss)
+    q -= components.T @ (components @ q)  # one re-orthogonalisation pass
+    q, _ = np.linalg.qr(q)
+    return q.T
+
+
+def svd_full(X: np.ndarray, mean: np.ndarray) -> SVD:
+    """Thin SVD of the centred data (all ``min(n, d)`` triplets, most accurate).
+
+    Examples
+    --------
+    >>> X = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]])
+    >>> svd_full(X, X.mean(0)).singular_values.round(6)
+    array([2., 0.])
+    """
+    u, s, vt = scipy.linalg.svd(X - mean, full_matrices=False, check_finite=False)
+    vt, scores = flip_signs(vt, u * s)
+    return SVD(s, vt, scores)
+
+
+def _eigh_top(matrix: np.ndarray, n_components: int | None):
+    """Eigenpairs of a symmetric PSD matrix, descending, clipped at zero."""
+    size = matrix.shape[0]
+    if n_components is None or n_components >= size:
+        evals, evecs = scipy.linalg.eigh(matrix, check_finite=False, overwrite_a=True)
+    else:
+        evals, evecs = scipy.linalg.eigh(
+            matrix,
+            subset_by_index=(size - n_components, size - 1),
+            check_finite=False,
+            overwrite_a=True,
+            driver="evr",
+        )
+    return np.clip(evals[::-1], 0.0, None), evecs[:, ::-1]
+
+
+def svd_covariance(X: np.ndarray, mean: np.ndarray, n_components: int | None = None) -> SVD:
+    """Leading triplets from the eigendecomposition of the d x d scatter matrix.
+
+    Fast when ``n >> d``; the scores are not computed.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+    mean : ndarray of shape (d,)
+    n_components : int, optional
+        Number of triplets; all ``min(n, d)`` when None.
+
+    Examples
+    --------
+    >>> X = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]])
+    >>> svd_covariance(X, X.mean(0), 1).singular_values.round(6)
+    array([2.])
+    """
+    n, d = X.shape
+    r = min(n, d) if n_components is None else n_components
+    evals, evecs = _eigh_top(centred_scatter(X, mean), r)
+    evals, evecs = evals[:r], evecs[:, :r]
+    components, _ = flip_signs(evecs.T)
+    return SVD(np.sqrt(evals), components, None)
+
+
+def svd_gram(X: np.ndarray, mean: np.ndarray, n_components: int | None = None) -> SVD:
+    """Leading triplets from the eigendecomposition of the n x n Gram matrix.
+
+    Fast when ``d >> n`` (the "snapshot" trick): with ``G = Xc Xc^T = U S^2 U^T``
+    the right singular vectors are ``V = Xc^T U S^{-1}``. Directions of zero
+    singular values are completed to an orthonormal set.
+
+    Examples
+    --------
+    >>> X = np.array([[0.0, 0.0, 1.0], [1.0, 1.0, 1.0], [2.0, 2.0, 1.0]])
+    >>> svd_gram(X, X.mean(0), 1).components.round(6)
+    array([[0.707107, 0.707107, 0.      ]])
+    """
+    n, d = X.shape
+    r = min(n, d) if n_components is None else n_components
+    xc = X - mean
+    gram = xc @ xc.T
+    evals, evecs = _eigh_top(gram, r)
+    evals, evecs = evals[:r], evecs[:, :r]
+    s = np.sqrt(evals)
+    # Singular values below this are numerically zero: their V column would
+    # be noise divided by noise.
+    positive = s > max(n, d) * np.finfo(float).eps * (s[0] if s.size else 0.0)
+    components = np.zeros((r, d))
+    components[positive] = (xc.T @ evecs[:, positive] / s[positive]).T
+    n_null = r - int(positive.sum())
+    if n_null:
+        components[~positive] = _complete_basis(components[positive], n_null)
+    scores = evecs * s
+    components, scores = flip_signs(components, scores)
+    return SVD(s, components, scores)
+
+
+def svd_randomized(
+    X: np.ndarray,
+    mean: np.ndarray,
+    n_components: int,
+    *,
+    n_oversamples: int = 10,
+    n_power_iter: int | None = None,
+    random_state: int | np.random.Generator | None = None,
+) -> SVD:
+    """Halko-Martinsson-Tropp randomized SVD of the centred data, without centring X.
+
+    Products with ``Xc`` use ``Xc B = X B - 1 (mean^T B)``, so X is never copied.
+    The range finder works on the smaller side of the matrix.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+    mean : ndarray of shape (d,)
+    n_components : int
+        Number of triplets ``k``.
+    n_oversamples : int, default=10
+        Extra random directions ``p``; the sketch has ``k + p`` columns.
+    n_power_iter : int, optional
+        Power iterations ``q``; by default 7 when ``k < 0.1 min(n, d)`` and 4
+        otherwise (as scikit-learn). Each iteration is re-orthonormalised (QR).
+    random_state : int, Generator or None
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((50, 3)) @ rng.standard_normal((3, 40))
+    >>> s_exact = svd_full(X, X.mean(0)).singular_values[:3]
+    >>> s_rand = svd_randomized(X, X.mean(0), 3, random_state=0).singular_values
+    >>> bool(np.allclose(s_exact, s_rand))
+    True
+    """
+    n, d = X.shape
+    k = n_components
+    if n_power_iter is None:
+        n_power_iter = 7 if k < 0.1 * min(n, d) else 4
+    rng = np.random.default_rng(random_state)
+    width = min(k + n_oversamples, min(n, d))
+    ones = np.ones((n, 1))
+    mean_row = mean[None, :]
+
+    def times(b):  # Xc @ b, b of shape (d, l)
+        return X @ b - ones @ (mean_row @ b)
+
+    def times_t(a):  # Xc^T @ a, a of shape (n, l)
+        return X.T @ a - mean_row.T @ (ones.T @ a)
+
+    if n >= d:
+        q = _range(times, times_t, d, width, n_power_iter, rng)  # (n, l), basis of col(Xc)
+        small = times_t(q).T  # (l, d) = Q^T Xc
+        ub, s, vt = scipy.linalg.svd(small, full_matrices=False, check_finite=False)
+        u = q @ ub
+    else:
+        q = _range(times_t, times, n, width, n_power_iter, rng)  # (d, l), basis of row(Xc)
+        small = times(q)  # (n, l) = Xc Q
+        u, s, wt = scipy.linalg.svd(small, full_matrices=False, check_finite=False)
+        vt = wt @ q.T
+    u, s, vt = u[:, :k], s[:k], vt[:k]
+    vt, scores = flip_signs(vt, u * s)
+    return SVD(s, vt, scores)
+
+
+def _range(apply, apply_t, size, width, n_power_iter, rng):
+    """Orthonormal basis of the range of ``apply`` by subspace iteration."""
+    q, _ = np.linalg.qr(apply(rng.standard_normal((size, width))))
+    for _ in range(n_power_iter):
+        q, _ = np.linalg.qr(apply_t(q))
+        q, _ = np.linalg.qr(apply(q))
+    return q

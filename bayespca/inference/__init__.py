@@ -1,0 +1,1 @@
+"""Fitting routines: each turns data into the parameters of a bayespca model."""

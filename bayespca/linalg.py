@@ -207,7 +207,7 @@ def svd_gram(X: np.ndarray, mean: np.ndarray, n_components: int | None = None) -
     Examples
     --------
     >>> X = np.array([[0.0, 0.0, 1.0], [1.0, 1.0, 1.0], [2.0, 2.0, 1.0]])
-    >>> svd_gram(X, X.mean(0), 1).components.round(6)
+    >>> svd_gram(X, X.mean(0), 1).components.round(6) + 0.0
     array([[0.707107, 0.707107, 0.      ]])
     """
     n, d = X.shape

@@ -40,6 +40,7 @@ import scipy.linalg
 __all__ = [
     "SVD",
     "centred_scatter",
+    "centred_sum_squares",
     "flip_signs",
     "svd_covariance",
     "svd_full",
@@ -64,11 +65,15 @@ class SVD(NamedTuple):
     scores : ndarray of shape (n, r) or None
         ``U * singular_values`` (the projected data) when the solver gets it
         for free, else None.
+    total_ss : float
+        Total sum of squares of the centred data, ``|Xc|_F^2`` (the sum of
+        all squared singular values, including those not returned).
     """
 
     singular_values: np.ndarray
     components: np.ndarray
     scores: np.ndarray | None
+    total_ss: float
 
 
 def flip_signs(components: np.ndarray, scores: np.ndarray | None = None):
@@ -126,6 +131,21 @@ def centred_scatter(X: np.ndarray, mean: np.ndarray) -> np.ndarray:
     return scatter
 
 
+def centred_sum_squares(X: np.ndarray, mean: np.ndarray) -> float:
+    """``|X - mean|_F^2`` by blocks, without copying X.
+
+    Examples
+    --------
+    >>> centred_sum_squares(np.array([[1.0, 2.0], [3.0, 6.0]]), np.array([2.0, 4.0]))
+    10.0
+    """
+    total = 0.0
+    for start in range(0, X.shape[0], _BLOCK_ROWS):
+        block = X[start : start + _BLOCK_ROWS] - mean
+        total += float(np.einsum("ij,ij->", block, block))
+    return total
+
+
 def _complete_basis(components: np.ndarray, n_missing: int) -> np.ndarray:
     """Orthonormal rows orthogonal to ``components`` (for zero singular values).
 
@@ -152,7 +172,7 @@ def svd_full(X: np.ndarray, mean: np.ndarray) -> SVD:
     """
     u, s, vt = scipy.linalg.svd(X - mean, full_matrices=False, check_finite=False)
     vt, scores = flip_signs(vt, u * s)
-    return SVD(s, vt, scores)
+    return SVD(s, vt, scores, float(np.sum(s**2)))
 
 
 def _eigh_top(matrix: np.ndarray, n_components: int | None):
@@ -191,10 +211,12 @@ def svd_covariance(X: np.ndarray, mean: np.ndarray, n_components: int | None = N
     """
     n, d = X.shape
     r = min(n, d) if n_components is None else n_components
-    evals, evecs = _eigh_top(centred_scatter(X, mean), r)
+    scatter = centred_scatter(X, mean)
+    total_ss = float(np.trace(scatter))
+    evals, evecs = _eigh_top(scatter, r)
     evals, evecs = evals[:r], evecs[:, :r]
     components, _ = flip_signs(evecs.T)
-    return SVD(np.sqrt(evals), components, None)
+    return SVD(np.sqrt(evals), components, None, total_ss)
 
 
 def svd_gram(X: np.ndarray, mean: np.ndarray, n_components: int | None = None) -> SVD:
@@ -214,6 +236,7 @@ def svd_gram(X: np.ndarray, mean: np.ndarray, n_components: int | None = None) -
     r = min(n, d) if n_components is None else n_components
     xc = X - mean
     gram = xc @ xc.T
+    total_ss = float(np.trace(gram))
     evals, evecs = _eigh_top(gram, r)
     evals, evecs = evals[:r], evecs[:, :r]
     s = np.sqrt(evals)
@@ -227,7 +250,7 @@ def svd_gram(X: np.ndarray, mean: np.ndarray, n_components: int | None = None) -
         components[~positive] = _complete_basis(components[positive], n_null)
     scores = evecs * s
     components, scores = flip_signs(components, scores)
-    return SVD(s, components, scores)
+    return SVD(s, components, scores, total_ss)
 
 
 def svd_randomized(
@@ -293,7 +316,7 @@ def svd_randomized(
         vt = wt @ q.T
     u, s, vt = u[:, :k], s[:k], vt[:k]
     vt, scores = flip_signs(vt, u * s)
-    return SVD(s, vt, scores)
+    return SVD(s, vt, scores, centred_sum_squares(X, mean))
 
 
 def _range(apply, apply_t, size, width, n_power_iter, rng):

@@ -143,7 +143,8 @@ def as_float_matrix(X: Any, *, name: str = "X", allow_nan: bool = False) -> np.n
                 raise TypeError(f"{name} has dtype {arr.dtype}, which is not numeric; accepted: {_ACCEPTED}.")
     if arr.ndim != 2:
         hint = (
-            f" Reshape with {name}.reshape(-1, 1) for one feature or {name}.reshape(1, -1) for one sample."
+            f" Reshape your data with {name}.reshape(-1, 1) for one feature or "
+            f"{name}.reshape(1, -1) for one sample."
             if arr.ndim == 1
             else ""
         )
@@ -152,10 +153,11 @@ def as_float_matrix(X: Any, *, name: str = "X", allow_nan: bool = False) -> np.n
             f"{arr.shape}.{hint}"
         )
     arr = np.ascontiguousarray(arr, dtype=np.float64)
-    if arr.size == 0:
-        raise ValueError(
-            f"{name} is empty (shape {arr.shape}); at least 1 sample and 1 feature are required."
-        )
+    for axis, what in ((0, "sample"), (1, "feature")):
+        if arr.shape[axis] == 0:
+            raise ValueError(
+                f"{name} has 0 {what}(s) (shape={arr.shape}) while a minimum of 1 is required."
+            )
     # Summing is a cheap test for the common all-finite case; only on failure
     # is the element-wise scan done to say what is wrong.
     if not np.isfinite(arr.sum()):

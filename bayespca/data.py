@@ -67,15 +67,9 @@ def _feature_names(X: Any, name: str) -> np.ndarray | None:
 
 
 def _from_dataframe(X: Any, name: str) -> np.ndarray:
-    bad = [
-        str(col)
-        for col, dtype in zip(X.columns, X.dtypes, strict=True)
-        if not (
-            np.issubdtype(getattr(dtype, "numpy_dtype", dtype), np.number)
-            or np.issubdtype(getattr(dtype, "numpy_dtype", dtype), np.bool_)
-        )
-        or getattr(dtype, "name", "") == "category"
-    ]
+    from pandas.api.types import is_numeric_dtype  # only reached with a DataFrame
+
+    bad = [str(col) for col, dtype in zip(X.columns, X.dtypes, strict=True) if not is_numeric_dtype(dtype)]
     if bad:
         raise TypeError(
             f"{name} has non-numeric columns {bad[:5]}{'...' if len(bad) > 5 else ''}; "
@@ -160,7 +154,9 @@ def as_float_matrix(X: Any, *, name: str = "X", allow_nan: bool = False) -> np.n
             )
     # Summing is a cheap test for the common all-finite case; only on failure
     # is the element-wise scan done to say what is wrong.
-    if not np.isfinite(arr.sum()):
+    with np.errstate(over="ignore", invalid="ignore"):
+        finite = np.isfinite(arr.sum())
+    if not finite:
         if np.isinf(arr).any():
             raise ValueError(f"{name} contains infinity (inf); accepted: finite values"
                              f"{' or NaN for missing entries' if allow_nan else ''}.")

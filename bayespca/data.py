@@ -172,6 +172,14 @@ def as_float_matrix(X: Any, *, name: str = "X", allow_nan: bool = False) -> np.n
     return arr
 
 
+def _missing_mask(arr: np.ndarray, allow_nan: bool) -> np.ndarray | None:
+    """Boolean mask of NaN entries, or None when NaN is not allowed or absent."""
+    if not allow_nan:
+        return None
+    nan = np.isnan(arr)
+    return nan if nan.any() else None
+
+
 def validate_fit(
     estimator: Any, X: Any, *, allow_nan: bool = False, min_samples: int = 2
 ) -> ValidatedData:
@@ -213,17 +221,14 @@ def validate_fit(
             f"X has {n} sample{'s' if n != 1 else ''} (n_samples = {n}); "
             f"{type(estimator).__name__} needs at least {min_samples} samples."
         )
-    missing = None
-    if allow_nan:
-        nan = np.isnan(arr)
-        if nan.any():
-            empty = np.flatnonzero(nan.all(axis=0))
-            if empty.size:
-                raise ValueError(
-                    f"X has features with no observed value (column indices {empty[:10].tolist()}); "
-                    "drop them: nothing can be estimated for a feature that is never observed."
-                )
-            missing = nan
+    missing = _missing_mask(arr, allow_nan)
+    if missing is not None:
+        empty = np.flatnonzero(missing.all(axis=0))
+        if empty.size:
+            raise ValueError(
+                f"X has features with no observed value (column indices {empty[:10].tolist()}); "
+                "drop them: nothing can be estimated for a feature that is never observed."
+            )
     estimator.n_features_in_ = d
     if names is not None:
         estimator.feature_names_in_ = names
@@ -308,9 +313,4 @@ def validate_transform(estimator: Any, X: Any, *, allow_nan: bool = False) -> Va
             f"X has {arr.shape[1]} features, but {cls} is expecting "
             f"{estimator.n_features_in_} features as input."
         )
-    missing = None
-    if allow_nan:
-        nan = np.isnan(arr)
-        if nan.any():
-            missing = nan
-    return ValidatedData(arr, missing)
+    return ValidatedData(arr, _missing_mask(arr, allow_nan))

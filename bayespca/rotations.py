@@ -161,14 +161,14 @@ _OBLIQUE_SET = _Manifold(
 
 def _gradient_projection(
     a: np.ndarray, criterion: Callable, manifold: _Manifold, tol: float, max_iter: int
-) -> tuple[np.ndarray, int, bool]:
+) -> tuple[np.ndarray, int, float]:
     """Minimise ``criterion(L_rot)`` over admissible ``T``, starting at the identity.
 
-    Returns ``(T, n_iter, converged)``. A step is accepted when it decreases
-    the criterion by the Armijo amount ``s^2 alpha / 2`` (``s`` the projected
-    gradient norm), as in GPArotation. Near the optimum that decrease falls
-    below the rounding error of the criterion and the Armijo test turns into
-    noise; there, a step that changes the criterion by no more than rounding
+    Returns ``(T, n_iter, s)`` with ``s`` the final projected-gradient norm.
+    A step of length ``alpha`` is accepted when it decreases the criterion by
+    the Armijo amount ``s^2 alpha / 2``, as in GPArotation. Near the optimum
+    that decrease falls below the rounding error of the criterion and the
+    Armijo test turns into noise; there, a step that changes the criterion by no more than rounding
     is accepted when it shrinks the projected gradient. This lets the
     iteration reach ``tol`` far below ``sqrt(machine epsilon)``, where
     GPArotation stalls.
@@ -186,12 +186,11 @@ def _gradient_projection(
     t = np.eye(k)
     value, projected = evaluate(t)
     step = 1.0
-    for n_iter in range(max_iter + 1):
+    n_iter = 0
+    while True:
         s = np.linalg.norm(projected)
-        if s < tol:
-            return t, n_iter, True
-        if n_iter == max_iter:
-            break
+        if s < tol or n_iter == max_iter:
+            return t, n_iter, s
         # Once the Armijo decrease is below rounding, keep the step it last
         # chose (near 1/curvature) instead of growing it again.
         if s * s * step > noise:
@@ -206,10 +205,10 @@ def _gradient_projection(
             elif value_new <= value + noise and np.linalg.norm(projected_new) < s:
                 break
             step /= 2.0
-        else:  # no step helps: the criterion is flat to rounding here
-            return t, n_iter, False
+        else:  # no step helps: tol is below what rounding allows here
+            return t, n_iter, s
         t, value, projected = t_new, value_new, projected_new
-    return t, max_iter, False
+        n_iter += 1
 
 
 def _promax_matrix(varimax_loadings: np.ndarray, power: float) -> np.ndarray:
@@ -238,6 +237,14 @@ def _canonical(loadings, matrix, phi):
     return loadings * signs, matrix * signs, phi * np.outer(signs, signs)
 
 
+def _check_finite(arr: np.ndarray, name: str) -> None:
+    if not np.isfinite(arr).all():
+        raise ValueError(
+            f"{name} contains {int(np.isnan(arr).sum())} NaN and {int(np.isinf(arr).sum())} "
+            "infinite entries; rotations need finite loadings."
+        )
+
+
 def _check_loadings(loadings: Any, name: str) -> np.ndarray:
     ndim = np.ndim(loadings)
     if ndim != 2:
@@ -245,12 +252,10 @@ def _check_loadings(loadings: Any, name: str) -> np.ndarray:
             f"{name} must be a 2-D array of shape (n_features, n_components); got a "
             f"{ndim}-D array with shape {np.shape(loadings)}."
         )
+    if np.asarray(loadings).dtype.kind == "f":  # before as_float_matrix's data-matrix wording
+        _check_finite(np.asarray(loadings), name)
     arr = as_float_matrix(loadings, name=name, allow_nan=True)
-    if np.isnan(arr).any():
-        raise ValueError(
-            f"{name} contains NaN at {np.isnan(arr).sum()} entries; rotations need finite "
-            "loadings."
-        )
+    _check_finite(arr, name)
     return arr
 
 
@@ -370,6 +375,8 @@ def rotate(
     True
     """
     lmat = _check_loadings(loadings, "loadings")
+    if not isinstance(normalize, bool | np.bool_):
+        raise TypeError(f"normalize must be True or False; got {normalize!r}.")
     if not isinstance(method, str) or method not in ROTATIONS:
         raise ValueError(f"method must be one of {sorted(ROTATIONS)}; got {method!r}.")
     values = _check_options(method, options)
@@ -400,7 +407,8 @@ def rotate(
     else:
         gamma = 0.0 if method == "quartimax" else 1.0
         criterion, manifold = (lambda x: _orthomax(x, gamma)), _ORTHOGONAL_SET
-    t, n_iter, converged = _gradient_projection(scaled, criterion, manifold, tol, max_iter)
+    t, n_iter, gradient_norm = _gradient_projection(scaled, criterion, manifold, tol, max_iter)
+    converged = bool(gradient_norm < tol)
 
     if method == "oblimin":
         matrix = np.linalg.solve(t, identity).T
@@ -415,8 +423,9 @@ def rotate(
     rotated, matrix, phi = _canonical(lmat @ matrix, matrix, phi)
     if not converged:
         warnings.warn(
-            f"{method} rotation did not converge in {n_iter} iterations (max_iter={max_iter}, "
-            f"tol={tol}); increase max_iter or tol.",
+            f"{method} rotation did not converge: projected gradient norm "
+            f"{gradient_norm:.3g} > tol={tol} after {n_iter} iterations (max_iter={max_iter}); "
+            "increase max_iter, or tol if it is below what rounding allows.",
             ConvergenceWarning,
             stacklevel=2,
         )
@@ -455,16 +464,14 @@ def procrustes(source: Any, target: Any) -> tuple[np.ndarray, np.ndarray]:
     True
     """
     target_arr = _check_loadings(target, "target")
-    src = np.asarray(source)
-    if src.ndim < 2 or src.shape[-2:] != target_arr.shape:
+    shape = np.shape(source)
+    if len(shape) < 2 or shape[-2:] != target_arr.shape:
         raise ValueError(
             f"source must have shape (..., {target_arr.shape[0]}, {target_arr.shape[1]}) to "
-            f"match target; got shape {src.shape}."
+            f"match target; got shape {shape}."
         )
-    src = as_float_matrix(src.reshape(-1, src.shape[-1]), name="source", allow_nan=True)
-    if np.isnan(src).any():
-        raise ValueError(f"source contains NaN at {np.isnan(src).sum()} entries.")
-    src = src.reshape(np.shape(source))
+    src = _check_loadings(np.reshape(np.asarray(source), (-1, shape[-1])), "source")
+    src = src.reshape(shape)
     u, _, vt = np.linalg.svd(np.swapaxes(src, -1, -2) @ target_arr)
     matrix = u @ vt
     return src @ matrix, matrix

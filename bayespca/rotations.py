@@ -72,6 +72,7 @@ ROTATIONS: dict[str, dict[str, float]] = {
     "promax": {"power": 4.0},
     "oblimin": {"gamma": 0.0},
 }
+
 # Step halvings tried per gradient-projection iteration before giving up.
 _MAX_HALVINGS = 30
 
@@ -108,7 +109,7 @@ class Rotation(NamedTuple):
 
 
 def _orthomax(loadings: np.ndarray, gamma: float):
-    """Minus the orthomax criterion and its gradient with respect to the loadings."""
+    """Minus the orthomax criterion (minimised here) and its gradient in the loadings."""
     squared = loadings**2
     centred = squared - gamma * squared.mean(axis=0)
     value = -np.sum(squared * centred) / 4.0

@@ -147,7 +147,8 @@ def as_float_matrix(X: Any, *, name: str = "X", allow_nan: bool = False) -> np.n
             f"{arr.shape}.{hint}"
         )
     arr = np.ascontiguousarray(arr, dtype=np.float64)
-    for axis, what in ((0, "sample"), (1, "feature")):
+    # A data matrix has samples and features; other matrices (loadings, scores) rows and columns.
+    for axis, what in enumerate(("sample", "feature") if name == "X" else ("row", "column")):
         if arr.shape[axis] == 0:
             raise ValueError(
                 f"{name} has 0 {what}(s) (shape={arr.shape}) while a minimum of 1 is required."

@@ -1,0 +1,752 @@
+"""Sparse principal component analysis: the elastic-net SPCA of Zou, Hastie & Tibshirani (2006).
+
+The criterion, with ``Xc`` the centred (optionally standardised) data of
+shape ``(n, d)``, ``A`` and ``B`` of shape ``(d, k)``:
+
+    minimise_{A, B}  1/(2n) ||Xc - Xc B A^T||_F^2
+                     + alpha * l1_ratio * sum_j ||b_j||_1
+                     + alpha * (1 - l1_ratio) / 2 * ||B||_F^2      subject to A^T A = I_k.
+
+Multiplied by ``2n`` this is ZHT's criterion (their eq. 3.12)
+``sum_i ||x_i - A B^T x_i||^2 + lambda sum_j ||b_j||^2 + sum_j lambda_1 ||b_j||_1``
+with ``lambda = n alpha (1 - l1_ratio)`` and ``lambda_1 = 2 n alpha l1_ratio``
+(the same for every component). The penalties thus grow with ``n`` in ZHT's
+units, so that ``alpha`` is on the scale of a covariance and a given ``alpha``
+means the same thing at any sample size.
+
+It is solved by alternating two exact steps (ZHT's Algorithm 1):
+
+* B-step (``A`` fixed): ``k`` independent elastic nets,
+  ``b_j = argmin 1/(2n) ||Xc a_j - Xc b||^2 + alpha l1_ratio |b|_1 + alpha (1 - l1_ratio)/2 |b|^2``,
+  i.e. ``sklearn.linear_model.ElasticNet(alpha, l1_ratio=l1_ratio,
+  fit_intercept=False).fit(Xc, Xc @ A)``. They depend on the data only through
+  ``S = Xc^T Xc / n``, so after one ``O(n d^2)`` pass no step depends on ``n``.
+  Each is solved exactly by feature-sign search (sign guess, linear solve on
+  the active set, KKT check over all features), warm started from the
+  previous B. When ``d > n`` the ``d x d`` matrix is never formed: the columns
+  of ``S`` that an active set needs are computed from ``Xc``.
+* A-step (``B`` fixed): reduced-rank Procrustes, ``A = U W^T`` from the thin
+  SVD ``S B = U D W^T`` (ZHT Theorem 4).
+
+References
+----------
+H. Zou, T. Hastie, R. Tibshirani (2006). Sparse principal component analysis.
+Journal of Computational and Graphical Statistics 15(2), 265-286.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+from typing import Any, NamedTuple
+
+import numpy as np
+import scipy.linalg
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.exceptions import ConvergenceWarning
+
+from bayespca.data import as_float_matrix, check_is_fitted, validate_fit, validate_transform
+from bayespca.linalg import _eigh_top, centred_scatter, flip_signs, svd_gram
+
+__all__ = ["SparsePCA", "adjusted_variance", "sparse_pca_path"]
+
+SOLVERS = ("auto", "covariance", "data")
+
+# ------------------------------------------------------------------ functional core
+class _Scatter:
+    """Columns and products of ``S = Xc^T Xc / n``, from the dense matrix or from the data.
+
+    ``dense`` holds ``S`` (``d <= n``: one ``O(n d^2)`` pass, after which no
+    step depends on ``n``). Otherwise ``root = Xc / sqrt(n)`` is kept and a
+    column of ``S`` is computed (``O(n d)``) the first time its feature enters
+    an active set, so the ``d x d`` matrix is never formed.
+    """
+
+    def __init__(self, *, dense: np.ndarray | None = None, root: np.ndarray | None = None):
+        self.dense, self.root = dense, root
+        self.diag = np.diag(dense).copy() if dense is not None else np.einsum("ij,ij->j", root, root)
+        self._cache: dict[int, np.ndarray] = {}
+
+    def columns(self, idx: np.ndarray) -> np.ndarray:
+        """``S[:, idx]``, shape (d, len(idx))."""
+        if self.dense is not None:
+            return self.dense[:, idx]
+        new = [int(i) for i in idx if int(i) not in self._cache]
+        if new:
+            for i, col in zip(new, (self.root.T @ self.root[:, new]).T, strict=True):
+                self._cache[i] = col
+        if len(idx) == 0:
+            return np.zeros((self.root.shape[1], 0))
+        return np.stack([self._cache[int(i)] for i in idx], axis=1)
+
+    def times(self, M: np.ndarray) -> np.ndarray:
+        """``S @ M``."""
+        if self.dense is not None:
+            return self.dense @ M
+        return self.root.T @ (self.root @ M)
+
+
+def _signed_solve(Q, rhs):
+    """Solve ``Q x = rhs`` for a principal block ``Q`` of ``S + l2 I`` (positive semi-definite).
+
+    NumPy's solvers are used because these systems are small and solved
+    thousands of times, where SciPy's per-call checks would dominate.
+    """
+    try:
+        np.linalg.cholesky(Q)  # cheap test that Q is numerically positive definite
+        return np.linalg.solve(Q, rhs)
+    except np.linalg.LinAlgError:
+        # Singular only without ridge and with collinear active features: any
+        # least-squares solution minimises the smooth part.
+        return np.linalg.lstsq(Q, rhs, rcond=None)[0]
+
+
+def _elastic_net(scatter, c, b, l1, l2, max_rounds):
+    """Exact ``argmin_b f(b) = 1/2 b^T S b - c^T b + l2/2 |b|^2 + l1 |b|_1`` by feature-sign search.
+
+    Feature-sign search (Lee, Battle, Raina & Ng 2007) guesses the signs of
+    the non-zero coefficients, solves the resulting linear system exactly on
+    that active set, and repairs a wrong guess by a discrete line search over
+    the points where coefficients change sign; at a consistent active set it
+    adds the feature whose KKT condition ``|c_l - (S b)_l| <= l1`` is most
+    violated. Every step lowers ``f``, so it ends at the exact minimiser.
+    Warm started from the previous B-step the signs are usually right and a
+    single solve suffices, which is what makes the alternation cheap.
+    """
+    active = np.flatnonzero(b)
+    b = b.copy()
+    slack = 1e-12 * (np.abs(c).max(initial=0.0) + l1)  # KKT violations below this are rounding
+    for _ in range(max_rounds):
+        cols = scatter.columns(active)
+        if active.size:
+            Q = cols[active] + l2 * np.eye(active.size)
+            x = b[active]
+            x_new = _signed_solve(Q, c[active] - l1 * np.sign(x))
+            if np.any(np.sign(x_new) != np.sign(x)):
+                x_new = _line_search(Q, c[active], l1, x, x_new)
+                if x_new is None:  # no lower point: the minimiser, up to rounding
+                    b[active] = np.where(np.abs(x) > np.finfo(float).tiny, x, 0.0)
+                    return b
+                b[active] = x_new
+                active = active[x_new != 0.0]
+                continue  # re-solve on the repaired active set before adding features
+            b[active] = x_new
+        residual = c - cols @ b[active]
+        residual[active] = 0.0
+        worst = int(np.argmax(np.abs(residual)))
+        if np.abs(residual[worst]) <= l1 + slack:
+            return b
+        # From the optimum on the current active set the added coefficient
+        # moves in the direction of its residual: a tiny seed fixes its sign.
+        b[worst] = np.sign(residual[worst]) * np.finfo(float).tiny
+        active = np.sort(np.append(active, worst))
+    raise RuntimeError(
+        f"SparsePCA's elastic-net step did not finish in {max_rounds} feature-sign rounds; "
+        "please report this with the data."
+    )
+
+
+def _line_search(Q, c, l1, x, x_new):
+    """The lowest of ``x_new`` and the sign changes on the segment from ``x``, if lower than ``x``.
+
+    At a sign-change point the coefficient that changes sign is set to
+    exactly zero. Returns None when no candidate lowers the objective.
+    """
+
+    def objective(points):
+        return 0.5 * np.einsum("ti,ij,tj->t", points, Q, points) - points @ c + l1 * np.abs(points).sum(1)
+
+    crossing = (np.sign(x_new) != np.sign(x)) & (x != 0.0)
+    times = np.append(x[crossing] / (x[crossing] - x_new[crossing]), 1.0)
+    points = x[None, :] + times[:, None] * (x_new - x)[None, :]
+    points[np.arange(times.size - 1), np.flatnonzero(crossing)] = 0.0
+    values = objective(points)
+    best = int(np.argmin(values))
+    if values[best] >= objective(x[None, :])[0]:
+        return None
+    return points[best]
+
+
+def _elastic_net_step(scatter, A, B, l1, l2):
+    """The B-step: for each column j, ``argmin_b 1/2 b^T S b - (S a_j)^T b + l2/2 |b|^2 + l1 |b|_1``.
+
+    This is the elastic net of ``Xc a_j`` on ``Xc`` with scikit-learn's
+    scaling, warm started from ``B``. Returns ``(B, S B)``.
+    """
+    d, k = A.shape
+    if l1 == 0.0 and l2 == 0.0:  # no penalty: b_j = a_j (the only minimiser when S is regular)
+        return A.copy(), scatter.times(A)
+    C = scatter.times(A)
+    if l1 == 0.0:  # ridge: (S + l2 I) B = S A, in the smaller of the two dimensions
+        if scatter.dense is not None:
+            B = scipy.linalg.solve(scatter.dense + l2 * np.eye(d), C, assume_a="pos", check_finite=False)
+        else:  # push-through identity: (R^T R + l2 I)^-1 R^T = R^T (R R^T + l2 I)^-1
+            R = scatter.root
+            B = R.T @ scipy.linalg.solve(R @ R.T + l2 * np.eye(R.shape[0]), R @ A, assume_a="pos",
+                                         check_finite=False)
+        return B, C - l2 * B  # (S + l2 I) B = C
+    max_rounds = 10 * d + 100
+    B = np.column_stack([_elastic_net(scatter, C[:, j], B[:, j], l1, l2, max_rounds) for j in range(k)])
+    support = np.flatnonzero(np.any(B != 0.0, axis=1))
+    return B, scatter.columns(support) @ B[support]
+
+
+def _procrustes_step(M, A_old):
+    """The A-step: ``argmax_A tr(A^T M)`` over ``A^T A = I``, ``A = U W^T`` from ``M = U D W^T``.
+
+    When ``M`` has rank ``r < k`` (a component with all-zero loadings), the
+    maximiser is not unique: the ``k - r`` free directions are taken as close
+    as possible to ``A_old``'s (so a component whose loadings are all zero
+    keeps its direction instead of jumping to an arbitrary one).
+    """
+    k = M.shape[1]
+    u, s, wt = scipy.linalg.svd(M, full_matrices=False, check_finite=False)
+    rank = int(np.sum(s > max(M.shape) * np.finfo(float).eps * s[0])) if s[0] > 0 else 0
+    if rank == k:
+        return u @ wt
+    u_r, w_r, w_free = u[:, :rank], wt[:rank].T, wt[rank:].T
+    free = A_old @ w_free
+    free -= u_r @ (u_r.T @ free)
+    p, _, qt = scipy.linalg.svd(free, full_matrices=False, check_finite=False)
+    return u_r @ w_r.T + (p @ qt) @ w_free.T
+
+
+class _Solution(NamedTuple):
+    A: np.ndarray  # (d, k) orthonormal directions
+    B: np.ndarray  # (d, k) elastic-net coefficients
+    n_iter: int
+    converged: bool
+
+
+def _objective(scatter, A, B, SB, l1, l2) -> float:
+    """The criterion at ``(A, B)`` given ``SB = S B``.
+
+    ``1/(2n) |Xc - Xc B A^T|_F^2 = 1/2 tr(S) - tr(A^T S B) + 1/2 tr(B^T S B)`` when ``A^T A = I``.
+    """
+    fit = 0.5 * scatter.diag.sum() - np.sum(SB * A) + 0.5 * np.sum(SB * B)
+    return float(fit + l1 * np.abs(B).sum() + 0.5 * l2 * np.sum(B**2))
+
+
+def _polar(M):
+    """The orthonormal factor of the polar decomposition (nearest matrix with orthonormal columns)."""
+    u, _, vt = scipy.linalg.svd(M, full_matrices=False, check_finite=False)
+    return u @ vt
+
+
+def _alternate(scatter, A, B, l1, l2, tol, max_iter, memory=5):
+    """ZHT's alternation from ``(A, B)`` until ``|B_new - B|_F <= tol |B|_F``, Anderson-accelerated.
+
+    The plain iteration ``A <- Procrustes(S B(A))`` can crawl: the fit and
+    the ridge are unchanged by rotating ``(A, B)`` to ``(A R, B R)``, only the
+    lasso term is not, so the rotation within the span converges at a rate
+    set by ``l1`` against the eigenvalues (thousands of iterations). Anderson
+    mixing of the last ``memory`` iterates (Walker & Ni 2011), mapped back to
+    orthonormal columns, is a cheap quasi-Newton step on that fixed-point map.
+    A mixed step is kept only when the criterion ``F(A) = min_B f(A, B)``
+    does not rise, so it decreases at every iteration as ZHT's does;
+    otherwise the plain step is taken and the history cleared.
+
+    Returns the last ``A`` with ``B = B(A)``, its elastic-net solution.
+    """
+    B, SB = _elastic_net_step(scatter, A, B, l1, l2)
+    value = _objective(scatter, A, B, SB, l1, l2)
+    iterates, images = [], []
+    for it in range(1, max_iter + 1):
+        plain = _procrustes_step(SB, A)
+        iterates = [*iterates[-memory:], A.ravel()]
+        images = [*images[-memory:], plain.ravel()]
+        step = None
+        if len(iterates) > 1:
+            residuals = np.array(images) - np.array(iterates)
+            weights = np.linalg.lstsq(np.diff(residuals, axis=0).T, residuals[-1], rcond=None)[0]
+            mixed = images[-1] - np.diff(np.array(images), axis=0).T @ weights
+            A_try = _polar(mixed.reshape(A.shape))
+            B_try, SB_try = _elastic_net_step(scatter, A_try, B, l1, l2)
+            value_try = _objective(scatter, A_try, B_try, SB_try, l1, l2)
+            if value_try <= value:
+                step = A_try, B_try, SB_try, value_try
+            else:
+                iterates, images = [], []
+        if step is None:
+            B_plain, SB_plain = _elastic_net_step(scatter, plain, B, l1, l2)
+            step = plain, B_plain, SB_plain, _objective(scatter, plain, B_plain, SB_plain, l1, l2)
+        change, size = np.linalg.norm(step[1] - B), np.linalg.norm(B)
+        A, B, SB, value = step
+        if change <= tol * size or change == 0.0:
+            return _Solution(A, B, it, True)
+    return _Solution(A, B, max_iter, False)
+
+
+def _normalise(B):
+    """Unit-length loadings from the columns of B (zero columns stay zero), and the column norms."""
+    norms = np.linalg.norm(B, axis=0)
+    V = np.divide(B, norms, out=np.zeros_like(B), where=norms > 0)
+    return V, norms
+
+
+def adjusted_variance(scores: np.ndarray) -> np.ndarray:
+    """ZHT's adjusted variance of correlated component scores, ``R_jj^2 / (n - 1)``.
+
+    With the QR decomposition ``Z = Q R`` of the (centred) scores, ``R_jj^2`` is
+    the part of component j's sum of squares not explained by components
+    ``1..j-1`` (ZHT section 3.4). It equals the ordinary variance when the
+    scores are uncorrelated, and the adjusted variances add up to the variance
+    of the data projected on the span of the components.
+
+    Parameters
+    ----------
+    scores : ndarray of shape (n_samples, k)
+        Centred scores ``Xc V^T``.
+
+    Returns
+    -------
+    ndarray of shape (k,)
+
+    Examples
+    --------
+    >>> Z = np.array([[1.0, 1.0], [-1.0, 1.0], [1.0, -1.0], [-1.0, -1.0]])
+    >>> adjusted_variance(Z)  # uncorrelated: ordinary variances
+    array([1.33333333, 1.33333333])
+    >>> adjusted_variance(np.c_[Z[:, 0], Z[:, 0] + Z[:, 1]])  # second one less its overlap
+    array([1.33333333, 1.33333333])
+    """
+    n = scores.shape[0]
+    if scores.shape[1] == 0:
+        return np.zeros(0)
+    r = np.linalg.qr(scores, mode="r")
+    return np.diag(r) ** 2 / (n - 1)
+
+
+# ------------------------------------------------------------------ estimator
+class _Problem(NamedTuple):
+    """A validated fitting problem, shared by the estimator and the path."""
+
+    Xw: np.ndarray  # data in working units (standardised when asked), not centred
+    centre: np.ndarray  # mean to subtract from Xw
+    mean: np.ndarray
+    scale: np.ndarray
+    scatter: _Scatter
+    total_variance: float  # trace of the sample covariance (ddof = 1)
+    A0: np.ndarray  # initial directions (d, k)
+    solver: str
+
+
+class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Sparse PCA by the elastic-net criterion of Zou, Hastie & Tibshirani (2006).
+
+    Minimises, over ``A`` (``d x k``, orthonormal columns) and ``B`` (``d x k``),
+
+        1/(2n) ||Xc - Xc B A^T||_F^2 + alpha l1_ratio sum_j |b_j|_1 + alpha (1 - l1_ratio)/2 ||B||_F^2
+
+    where ``Xc`` is the centred data (standardised with ``standardize=True``)
+    and ``n = n_samples``. This is ZHT's SPCA criterion divided by ``2n``: their
+    ridge ``lambda = n alpha (1 - l1_ratio)`` and lasso ``lambda_1 = 2 n alpha l1_ratio``
+    (common to all components). For a fixed ``A`` the problem in ``b_j`` is
+    exactly ``ElasticNet(alpha=alpha, l1_ratio=l1_ratio, fit_intercept=False)``
+    regressing ``Xc a_j`` on ``Xc``. The sparse loadings are ``b_j / |b_j|``.
+
+    ``alpha`` is on the scale of the covariance: loading ``l`` of component
+    ``j`` is zero exactly when ``|(S (a_j - b_j))_l| <= alpha l1_ratio``, with
+    ``S = Xc^T Xc / n``, so every loading is zero once ``alpha l1_ratio``
+    exceeds ``max |S A|``. With ``l1_ratio = 0`` (ridge only) the loadings are
+    the principal axes (ZHT Theorem 3); see :func:`sparse_pca_path` to choose
+    ``alpha``.
+
+    Parameters
+    ----------
+    n_components : int or None, default=None
+        Number of sparse components ``k``, in ``[1, min(n_samples, n_features)]``;
+        None for ``min(n_samples, n_features)``.
+    alpha : float, default=0.1
+        Overall penalty, ``>= 0``.
+    l1_ratio : float, default=0.9
+        Share of the lasso in the penalty, in ``[0, 1]``; ``0`` is ridge only
+        (no sparsity), ``1`` lasso only (with ``n_features > n_samples`` keep a
+        ridge part, as ZHT advise).
+    solver : {"auto", "covariance", "data"}, default="auto"
+        ``"covariance"`` forms ``S`` (``d x d``) once and never touches the
+        data again; ``"data"`` multiplies by ``Xc`` instead (``O(n d k)`` per
+        iteration, no ``d x d`` matrix); ``"auto"`` takes ``"covariance"``
+        when ``n_features <= n_samples``.
+    standardize : bool, default=False
+        Scale features to unit variance (``ddof=1``) first, i.e. sparse PCA of
+        the correlation matrix. Constant features keep scale 1.
+    init : {"pca", "random"} or array-like of shape (n_components, n_features), default="pca"
+        Starting directions ``A``: the leading principal axes (ZHT's choice),
+        a random orthonormal set, or given rows (made orthonormal by their
+        polar factor).
+    max_iter : int, default=1000
+        Maximum number of alternations (A-step plus B-step).
+    tol : float, default=1e-6
+        Stop when ``||B_new - B||_F <= tol ||B||_F``. Each B-step is solved
+        exactly (to rounding).
+    random_state : int, numpy Generator or None, default=None
+        Seed of ``init="random"``.
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (n_components_, n_features)
+        Sparse loadings, rows of unit length (``b_j / |b_j|``), or zero rows
+        for components whose loadings are all zero. Each row's
+        largest-magnitude entry is positive (:func:`bayespca.linalg.flip_signs`).
+    coef_ : ndarray of shape (n_components_, n_features)
+        The elastic-net coefficients ``B^T`` before normalising.
+    directions_ : ndarray of shape (n_components_, n_features)
+        The orthonormal ``A^T`` that ``coef_`` regresses on.
+    explained_variance_ : ndarray of shape (n_components_,)
+        ZHT's adjusted variance ``R_jj^2 / (n - 1)`` from the QR decomposition
+        of the scores ``Xc components_^T`` (see :func:`adjusted_variance`).
+    explained_variance_ratio_ : ndarray of shape (n_components_,)
+        ``explained_variance_`` over the total variance.
+    n_nonzero_ : ndarray of int, shape (n_components_,)
+        Non-zero loadings per component.
+    objective_ : float
+        The criterion above at the solution.
+    mean_, scale_ : ndarray of shape (n_features,)
+    n_components_, n_samples_, n_features_in_, n_iter_ : int
+    feature_names_in_ : ndarray of str
+        Only when fitted on a DataFrame with string column names.
+    solver_ : str
+
+    See Also
+    --------
+    sparse_pca_path : non-zeros against adjusted explained variance over a grid of ``alpha``.
+    bayespca.PCA : the ``alpha = 0`` / ridge-only limit.
+
+    Notes
+    -----
+    ``transform`` gives the least-squares coordinates on the (generally
+    non-orthogonal) loadings, ``Z = argmin ||Xc - Z V||_F``, i.e.
+    ``Xc pinv(V)``; they equal the projections ``Xc V^T`` when the loadings are
+    orthonormal, and ``inverse_transform(transform(X)) == X`` for ``X`` in
+    their span. Components with all-zero loadings get zero scores.
+
+    References
+    ----------
+    H. Zou, T. Hastie, R. Tibshirani (2006). Sparse principal component
+    analysis. J. Comput. Graph. Stat. 15(2), 265-286.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> factors = rng.standard_normal((500, 2)) * [3.0, 2.0]
+    >>> X = np.c_[factors[:, [0, 0, 0]], factors[:, [1, 1, 1]], np.zeros((500, 4))]
+    >>> X += 0.3 * rng.standard_normal(X.shape)
+    >>> spca = SparsePCA(2, alpha=0.5).fit(X)
+    >>> spca.n_nonzero_
+    array([3, 3])
+    >>> spca.components_[:, :6].round(2)
+    array([[0.6 , 0.56, 0.57, 0.  , 0.  , 0.  ],
+           [0.  , 0.  , 0.  , 0.6 , 0.55, 0.57]])
+    >>> spca.explained_variance_ratio_.round(3)
+    array([0.684, 0.297])
+    """
+
+    def __init__(
+        self,
+        n_components=None,
+        *,
+        alpha=0.1,
+        l1_ratio=0.9,
+        solver="auto",
+        standardize=False,
+        init="pca",
+        max_iter=1000,
+        tol=1e-6,
+        random_state=None,
+    ):
+        self.n_components = n_components
+        self.alpha = alpha
+        self.l1_ratio = l1_ratio
+        self.solver = solver
+        self.standardize = standardize
+        self.init = init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+
+    # ------------------------------------------------------------ validation
+    def _check_params(self, n: int, d: int) -> int:
+        """Validate hyper-parameters; return the number of components."""
+        m = min(n, d)
+        k = self.n_components
+        accepted = f"None or an int in [1, min(n_samples, n_features)] = [1, {m}]"
+        if k is None:
+            k = m
+        elif isinstance(k, bool | np.bool_) or not isinstance(k, numbers.Integral):
+            raise TypeError(f"n_components must be {accepted}; got {type(k).__name__} {k!r}.")
+        elif not 1 <= k <= m:
+            raise ValueError(f"n_components must be {accepted}; got {k}.")
+        _check_penalty(self.alpha, self.l1_ratio)
+        if self.solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {list(SOLVERS)}; got {self.solver!r}.")
+        if not isinstance(self.standardize, bool | np.bool_):
+            raise TypeError(f"standardize must be a bool; got {self.standardize!r}.")
+        if isinstance(self.max_iter, bool | np.bool_) or not (
+            isinstance(self.max_iter, numbers.Integral) and self.max_iter >= 1
+        ):
+            raise ValueError(f"max_iter must be an int >= 1; got {self.max_iter!r}.")
+        if isinstance(self.tol, bool | np.bool_) or not (
+            isinstance(self.tol, numbers.Real) and np.isfinite(self.tol) and self.tol > 0
+        ):
+            raise ValueError(f"tol must be a finite float > 0; got {self.tol!r}.")
+        return int(k)
+
+    def _initial_directions(self, Xw, centre, scatter, k) -> np.ndarray:
+        d = Xw.shape[1]
+        init = self.init
+        if isinstance(init, str):
+            if init == "pca":
+                if scatter.dense is not None:
+                    _, evecs = _eigh_top(scatter.dense.copy(), k)
+                    return flip_signs(evecs[:, :k].T)[0].T
+                return svd_gram(Xw, centre, k).components.T
+            if init == "random":
+                gauss = np.random.default_rng(self.random_state).standard_normal((d, k))
+                return np.linalg.qr(gauss)[0]
+            raise ValueError(f"init must be 'pca', 'random' or an array of shape ({k}, {d}); got {init!r}.")
+        given = as_float_matrix(init, name="init")
+        if given.shape != (k, d):
+            raise ValueError(
+                f"init must be 'pca', 'random' or an array of shape (n_components, n_features) = "
+                f"({k}, {d}); got an array of shape {given.shape}."
+            )
+        s = np.linalg.svd(given, compute_uv=False)
+        if s[-1] <= max(k, d) * np.finfo(float).eps * s[0]:
+            raise ValueError("init has linearly dependent rows; give n_components independent directions.")
+        u, _, vt = np.linalg.svd(given.T, full_matrices=False)
+        return u @ vt
+
+    def _prepare(self, X) -> tuple[_Problem, int]:
+        Xw = validate_fit(self, X).X
+        n, d = Xw.shape
+        k = self._check_params(n, d)
+        mean = Xw.mean(axis=0)
+        scale = np.ones(d)
+        centre = mean
+        if self.standardize:
+            std = Xw.std(axis=0, ddof=1)
+            scale = np.where(std > 0, std, 1.0)
+            Xw = (Xw - mean) / scale
+            centre = np.zeros(d)
+        solver = self.solver if self.solver != "auto" else ("covariance" if d <= n else "data")
+        if solver == "covariance":
+            scatter = _Scatter(dense=centred_scatter(Xw, centre) / n)
+        else:
+            scatter = _Scatter(root=(Xw - centre) / np.sqrt(n))
+        total_variance = float(scatter.diag.sum()) * n / (n - 1)
+        if not np.isfinite(total_variance):
+            raise ValueError("X has values so large that its covariance overflows float64; rescale X.")
+        A0 = self._initial_directions(Xw, centre, scatter, k)
+        return _Problem(Xw, centre, mean, scale, scatter, total_variance, A0, solver), k
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X, y=None):
+        """Fit the sparse loadings.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : ignored
+
+        Returns
+        -------
+        self
+        """
+        problem, k = self._prepare(X)
+        l1, l2 = self.alpha * self.l1_ratio, self.alpha * (1.0 - self.l1_ratio)
+        d = problem.Xw.shape[1]
+        solution = _alternate(problem.scatter, problem.A0, np.zeros((d, k)), l1, l2, self.tol, self.max_iter)
+        if not solution.converged:
+            warnings.warn(
+                f"SparsePCA did not converge in max_iter={self.max_iter} iterations (tol={self.tol}); "
+                "increase max_iter or tol.",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
+        self._store(problem, solution, l1, l2)
+        return self
+
+    def _store(self, problem: _Problem, solution: _Solution, l1: float, l2: float) -> None:
+        V, norms = _normalise(solution.B)
+        V, signs = flip_signs(V.T, np.ones((1, V.shape[1])))
+        signs = signs[0]
+        empty = np.flatnonzero(norms == 0)
+        if empty.size:
+            warnings.warn(
+                f"SparsePCA components {empty.tolist()} have all-zero loadings at alpha={self.alpha}, "
+                f"l1_ratio={self.l1_ratio}; their rows of components_ are zero. Lower alpha or "
+                "n_components.",
+                UserWarning,
+                stacklevel=3,
+            )
+        scores = (problem.Xw - problem.centre) @ V.T
+        ev = adjusted_variance(scores)
+        n = problem.Xw.shape[0]
+        self.components_ = V
+        self.coef_ = solution.B.T * signs[:, None]
+        self.directions_ = solution.A.T * signs[:, None]
+        self.explained_variance_ = ev
+        total = problem.total_variance
+        self.explained_variance_ratio_ = ev / total if total > 0 else np.zeros_like(ev)
+        self.n_nonzero_ = np.count_nonzero(V, axis=1)
+        SB = problem.scatter.times(solution.B)
+        self.objective_ = _objective(problem.scatter, solution.A, solution.B, SB, l1, l2)
+        self.mean_ = problem.mean
+        self.scale_ = problem.scale
+        self.n_components_ = V.shape[0]
+        self.n_samples_ = n
+        self.n_iter_ = solution.n_iter
+        self.solver_ = problem.solver
+
+    # ------------------------------------------------------------ transforms
+    def transform(self, X):
+        """Least-squares coordinates of ``X`` on the sparse loadings.
+
+        ``Z = ((X - mean_) / scale_) @ pinv(components_)``, the minimiser of
+        ``||(X - mean_) / scale_ - Z components_||_F``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_components_)
+        """
+        X = validate_transform(self, X).X
+        return ((X - self.mean_) / self.scale_) @ np.linalg.pinv(self.components_)
+
+    def inverse_transform(self, X):
+        """Map scores back to feature space: ``(Z @ components_) * scale_ + mean_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_components_)
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_features)
+        """
+        check_is_fitted(self)
+        Z = as_float_matrix(X, name="X")
+        if Z.shape[1] != self.n_components_:
+            raise ValueError(
+                f"X has {Z.shape[1]} columns, but inverse_transform expects n_components_ = "
+                f"{self.n_components_} score columns."
+            )
+        return (Z @ self.components_) * self.scale_ + self.mean_
+
+    @property
+    def _n_features_out(self):
+        return self.components_.shape[0]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float64"]
+        return tags
+
+
+def _check_penalty(alpha: Any, l1_ratio: Any) -> None:
+    for name, value, upper in (("alpha", alpha, np.inf), ("l1_ratio", l1_ratio, 1.0)):
+        if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r}.")
+        if not 0.0 <= value <= upper or not np.isfinite(value):
+            accepted = "a finite float >= 0" if name == "alpha" else "a float in [0, 1]"
+            raise ValueError(f"{name} must be {accepted}; got {value!r}.")
+
+
+# ------------------------------------------------------------------ path
+def sparse_pca_path(
+    X,
+    n_components=2,
+    *,
+    alphas=None,
+    n_alphas=20,
+    alpha_min_ratio=1e-2,
+    l1_ratio=0.9,
+    solver="auto",
+    standardize=False,
+    max_iter=1000,
+    tol=1e-6,
+):
+    """Sparse PCA over a grid of penalties: non-zero loadings against adjusted variance explained.
+
+    Fits :class:`SparsePCA` at each ``alpha`` from the largest to the
+    smallest, each fit starting from the previous solution (warm start).
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+    n_components : int, default=2
+    alphas : array-like of float or None, default=None
+        Penalties (any order; fitted in decreasing order). By default
+        ``n_alphas`` values evenly spaced on a log scale from
+        ``alpha_max = max |S A_0| / l1_ratio``, where every loading is zero,
+        down to ``alpha_min_ratio * alpha_max`` (``A_0``: the principal axes).
+    n_alphas : int, default=20
+    alpha_min_ratio : float, default=1e-2
+    l1_ratio, solver, standardize, max_iter, tol
+        As in :class:`SparsePCA`. ``l1_ratio`` must be > 0 for the default grid.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per ``(alpha, component)``, alphas decreasing, with columns
+        ``alpha``, ``component`` (0-based), ``n_nonzero``,
+        ``explained_variance`` (adjusted), ``explained_variance_ratio``,
+        ``cumulative_explained_variance_ratio`` (the share of the total
+        variance in the span of components ``0..j``) and ``n_iter``.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_diabetes
+    >>> path = sparse_pca_path(load_diabetes().data, 2, n_alphas=6, standardize=True)
+    >>> path.groupby("alpha", sort=False)["n_nonzero"].sum().tolist()
+    [0, 4, 9, 10, 13, 16]
+    >>> path.groupby("alpha", sort=False)["explained_variance_ratio"].sum().round(2).tolist()
+    [0.0, 0.23, 0.41, 0.44, 0.45, 0.46]
+    """
+    import pandas as pd  # a dependency, only needed for the table
+
+    estimator = SparsePCA(
+        n_components, l1_ratio=l1_ratio, solver=solver, standardize=standardize, max_iter=max_iter, tol=tol
+    )
+    problem, k = estimator._prepare(X)
+    if alphas is None:
+        for name, value in (("n_alphas", n_alphas),):
+            if isinstance(value, bool | np.bool_) or not (isinstance(value, numbers.Integral) and value >= 1):
+                raise ValueError(f"{name} must be an int >= 1; got {value!r}.")
+        if not (isinstance(alpha_min_ratio, numbers.Real) and 0.0 < alpha_min_ratio < 1.0):
+            raise ValueError(f"alpha_min_ratio must be a float in (0, 1); got {alpha_min_ratio!r}.")
+        if l1_ratio == 0:
+            raise ValueError("l1_ratio=0 has no L1 penalty, so no alpha makes loadings zero; pass alphas.")
+        alpha_max = np.abs(problem.scatter.times(problem.A0)).max() / l1_ratio
+        alphas = np.geomspace(alpha_max, alpha_max * alpha_min_ratio, n_alphas) if alpha_max > 0 else [0.0]
+    alphas = np.sort(np.asarray(alphas, dtype=float).ravel())[::-1]
+    if alphas.size == 0:
+        raise ValueError("alphas is empty; give at least one penalty.")
+    for a in alphas:
+        _check_penalty(a, l1_ratio)
+    d = problem.Xw.shape[1]
+    A, B = problem.A0, np.zeros((d, k))
+    rows = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # all-zero components are expected at large alpha
+        for a in alphas:
+            l1, l2 = a * l1_ratio, a * (1.0 - l1_ratio)
+            solution = _alternate(problem.scatter, A, B, l1, l2, tol, max_iter)
+            A, B = solution.A, solution.B
+            estimator.set_params(alpha=a)._store(problem, solution, l1, l2)
+            ratio = estimator.explained_variance_ratio_
+            for j in range(k):
+                rows.append({
+                    "alpha": a,
+                    "component": j,
+                    "n_nonzero": int(estimator.n_nonzero_[j]),
+                    "explained_variance": estimator.explained_variance_[j],
+                    "explained_variance_ratio": ratio[j],
+                    "cumulative_explained_variance_ratio": ratio[: j + 1].sum(),
+                    "n_iter": solution.n_iter,
+                })
+    return pd.DataFrame(rows)

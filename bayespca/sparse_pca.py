@@ -289,9 +289,10 @@ def adjusted_variance(scores: np.ndarray) -> np.ndarray:
 
     With the QR decomposition ``Z = Q R`` of the (centred) scores, ``R_jj^2`` is
     the part of component j's sum of squares not explained by components
-    ``1..j-1`` (ZHT section 3.4). It equals the ordinary variance when the
-    scores are uncorrelated, and the adjusted variances add up to the variance
-    of the data projected on the span of the components.
+    ``1..j-1`` (ZHT section 3.4), so it depends on the order of the
+    components. It equals the ordinary variance when the scores are
+    uncorrelated; otherwise the ordinary variances would count the shared
+    part twice. Their sum is ZHT's adjusted total variance.
 
     Parameters
     ----------
@@ -695,8 +696,9 @@ def sparse_pca_path(
         One row per ``(alpha, component)``, alphas decreasing, with columns
         ``alpha``, ``component`` (0-based), ``n_nonzero``,
         ``explained_variance`` (adjusted), ``explained_variance_ratio``,
-        ``cumulative_explained_variance_ratio`` (the share of the total
-        variance in the span of components ``0..j``) and ``n_iter``.
+        ``cumulative_explained_variance_ratio`` (adjusted variance of
+        components ``0..j`` over the total variance) and ``n_iter``.
+        A ``ConvergenceWarning`` lists the alphas whose fit reached ``max_iter``.
 
     Examples
     --------
@@ -714,9 +716,10 @@ def sparse_pca_path(
     )
     problem, k = estimator._prepare(X)
     if alphas is None:
-        for name, value in (("n_alphas", n_alphas),):
-            if isinstance(value, bool | np.bool_) or not (isinstance(value, numbers.Integral) and value >= 1):
-                raise ValueError(f"{name} must be an int >= 1; got {value!r}.")
+        if isinstance(n_alphas, bool | np.bool_) or not (
+            isinstance(n_alphas, numbers.Integral) and n_alphas >= 1
+        ):
+            raise ValueError(f"n_alphas must be an int >= 1; got {n_alphas!r}.")
         if not (isinstance(alpha_min_ratio, numbers.Real) and 0.0 < alpha_min_ratio < 1.0):
             raise ValueError(f"alpha_min_ratio must be a float in (0, 1); got {alpha_min_ratio!r}.")
         if l1_ratio == 0:
@@ -730,13 +733,15 @@ def sparse_pca_path(
         _check_penalty(a, l1_ratio)
     d = problem.Xw.shape[1]
     A, B = problem.A0, np.zeros((d, k))
-    rows = []
+    rows, unconverged = [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # all-zero components are expected at large alpha
         for a in alphas:
             l1, l2 = a * l1_ratio, a * (1.0 - l1_ratio)
             solution = _alternate(problem.scatter, A, B, l1, l2, tol, max_iter)
             A, B = solution.A, solution.B
+            if not solution.converged:
+                unconverged.append(float(a))
             estimator.set_params(alpha=a)._store(problem, solution, l1, l2)
             ratio = estimator.explained_variance_ratio_
             for j in range(k):
@@ -749,4 +754,11 @@ def sparse_pca_path(
                     "cumulative_explained_variance_ratio": ratio[: j + 1].sum(),
                     "n_iter": solution.n_iter,
                 })
+    if unconverged:
+        warnings.warn(
+            f"sparse_pca_path: the fits at alphas {unconverged} did not converge in max_iter={max_iter} "
+            f"iterations (tol={tol}); increase max_iter or tol.",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
     return pd.DataFrame(rows)

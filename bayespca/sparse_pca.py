@@ -46,7 +46,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.exceptions import ConvergenceWarning
 
 from bayespca.data import as_float_matrix, check_is_fitted, validate_fit, validate_transform
-from bayespca.linalg import _eigh_top, centred_scatter, flip_signs, svd_gram
+from bayespca.linalg import _eigh_top, centred_scatter, flip_signs, svd_covariance, svd_gram
 
 __all__ = ["SparsePCA", "adjusted_variance", "sparse_pca_path"]
 
@@ -494,14 +494,15 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         return int(k)
 
     def _initial_directions(self, Xw, centre, scatter, k) -> np.ndarray:
-        d = Xw.shape[1]
+        n, d = Xw.shape
         init = self.init
         if isinstance(init, str):
             if init == "pca":
                 if scatter.dense is not None:
                     _, evecs = _eigh_top(scatter.dense.copy(), k)
                     return flip_signs(evecs[:, :k].T)[0].T
-                return svd_gram(Xw, centre, k).components.T
+                svd = svd_gram(Xw, centre, k) if n < d else svd_covariance(Xw, centre, k)
+                return svd.components.T
             if init == "random":
                 gauss = np.random.default_rng(self.random_state).standard_normal((d, k))
                 return np.linalg.qr(gauss)[0]
@@ -654,7 +655,7 @@ def _check_penalty(alpha: Any, l1_ratio: Any) -> None:
             raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r}.")
         if not 0.0 <= value <= upper or not np.isfinite(value):
             accepted = "a finite float >= 0" if name == "alpha" else "a float in [0, 1]"
-            raise ValueError(f"{name} must be {accepted}; got {value!r}.")
+            raise ValueError(f"{name} must be {accepted}; got {float(value)!r}.")
 
 
 # ------------------------------------------------------------------ path

@@ -286,7 +286,8 @@ def test_path_starts_at_the_closed_form_alpha_max():
     path = sparse_pca_path(X, 2, n_alphas=4, l1_ratio=0.9)
     np.testing.assert_allclose(path["alpha"].iloc[0], alpha_max, rtol=1e-12)
     assert path["n_nonzero"].iloc[:2].tolist() == [0, 0]
-    just_below = SparsePCA(2, alpha=alpha_max * (1 - 1e-6), l1_ratio=0.9).fit(X)
+    with pytest.warns(UserWarning, match=r"components \[1\] have all-zero loadings"):
+        just_below = SparsePCA(2, alpha=alpha_max * (1 - 1e-6), l1_ratio=0.9).fit(X)
     nonzero = np.argwhere(just_below.components_ != 0)
     feature, component = np.unravel_index(np.abs(SV).argmax(), SV.shape)
     assert nonzero.tolist() == [[component, feature]]

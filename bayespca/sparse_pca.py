@@ -86,19 +86,36 @@ class _Scatter:
         return self.root.T @ (self.root @ M)
 
 
-def _signed_solve(Q, rhs):
-    """Solve ``Q x = rhs`` for a principal block ``Q`` of ``S + l2 I`` (positive semi-definite).
-
-    NumPy's solvers are used because these systems are small and solved
-    thousands of times, where SciPy's per-call checks would dominate.
-    """
+def _singular(Q) -> bool:
+    """Whether a positive semi-definite ``Q`` is singular to working precision (Cholesky pivots)."""
     try:
-        np.linalg.cholesky(Q)  # cheap test that Q is numerically positive definite
-        return np.linalg.solve(Q, rhs)
+        pivots = np.diag(np.linalg.cholesky(Q)) ** 2
     except np.linalg.LinAlgError:
-        # Singular only without ridge and with collinear active features: any
-        # least-squares solution minimises the smooth part.
-        return np.linalg.lstsq(Q, rhs, rcond=None)[0]
+        return True
+    return bool(pivots.min() <= 1e-12 * np.diag(Q).max())
+
+
+def _null_step(Q, x):
+    """Move ``x`` along a null direction of a singular ``Q`` until a coefficient reaches zero.
+
+    ``Q`` is singular only without ridge, when the active features are
+    collinear (always once there are ``n`` of them). Along a null direction
+    ``z`` of ``Q`` the smooth part is flat (``Q z = 0`` and ``c^T z = 0``, since
+    ``c`` is in the range of ``S``) and the lasso term is linear, ``l1 sign(x)^T z``;
+    going the way that does not increase it, the first coefficient to reach
+    zero leaves the active set, as in the lasso modification of LARS.
+    """
+    z = np.linalg.eigh(Q)[1][:, 0]
+    if np.sign(x) @ z > 0:
+        z = -z
+    shrinking = x * z < 0
+    if not shrinking.any():  # sign(x)^T z = 0 with z >= 0 on sign(x): go the other way
+        z, shrinking = -z, x * z > 0
+    times = -x[shrinking] / z[shrinking]
+    first = np.flatnonzero(shrinking)[np.argmin(times)]
+    x = x + times.min() * z
+    x[first] = 0.0
+    return x
 
 
 def _elastic_net(scatter, c, b, l1, l2, max_rounds):
@@ -121,7 +138,13 @@ def _elastic_net(scatter, c, b, l1, l2, max_rounds):
         if active.size:
             Q = cols[active] + l2 * np.eye(active.size)
             x = b[active]
-            x_new = _signed_solve(Q, c[active] - l1 * np.sign(x))
+            if _singular(Q):
+                b[active] = _null_step(Q, x)
+                active = active[b[active] != 0.0]
+                continue
+            # NumPy rather than SciPy: these systems are small and solved thousands of
+            # times, where SciPy's per-call checks would dominate.
+            x_new = np.linalg.solve(Q, c[active] - l1 * np.sign(x))
             if np.any(np.sign(x_new) != np.sign(x)):
                 x_new = _line_search(Q, c[active], l1, x, x_new)
                 if x_new is None:  # no lower point: the minimiser, up to rounding

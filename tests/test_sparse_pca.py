@@ -87,6 +87,27 @@ def test_b_step_is_sklearn_elastic_net(solver, k, alpha, l1_ratio):
         np.testing.assert_allclose(SB, Xc.T @ Xc @ B / n, rtol=0, atol=1e-10 * np.abs(SB).max())
 
 
+@pytest.mark.parametrize("alpha", [0.05, 1e-3])
+def test_b_step_lasso_with_more_features_than_samples(alpha):
+    """Without ridge and with d > n, active sets of n collinear features must be shrunk (null steps)."""
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((20, 200))
+    n = X.shape[0]
+    Xc = X - X.mean(0)
+    A = np.linalg.svd(Xc, full_matrices=False)[2][:2].T
+    B, _ = _elastic_net_step(_Scatter(root=Xc / np.sqrt(n)), A, np.zeros((200, 2)), alpha, 0.0)
+    ref = ElasticNet(alpha=alpha, l1_ratio=1.0, fit_intercept=False, tol=1e-15, max_iter=10**6)
+    ref = ref.fit(Xc, Xc @ A).coef_.T
+
+    def objective(b, a):
+        return np.sum((Xc @ a - Xc @ b) ** 2) / (2 * n) + alpha * np.abs(b).sum()
+
+    for j in range(2):
+        assert objective(B[:, j], A[:, j]) <= objective(ref[:, j], A[:, j]) * (1 + 1e-12)
+        assert np.count_nonzero(B[:, j]) <= n - 1
+    np.testing.assert_allclose(B, ref, atol=1e-6 * np.abs(ref).max())
+
+
 @pytest.mark.parametrize("solver", SOLVERS)
 @pytest.mark.parametrize("standardize", [False, True])
 def test_fitted_model_is_a_fixed_point_of_both_steps(solver, standardize):

@@ -127,8 +127,10 @@ def _elastic_net(scatter, c, b, l1, l2, max_rounds):
     the points where coefficients change sign; at a consistent active set it
     adds the feature whose KKT condition ``|c_l - (S b)_l| <= l1`` is most
     violated. Every step lowers ``f``, so it ends at the exact minimiser.
-    Warm started from the previous B-step the signs are usually right and a
-    single solve suffices, which is what makes the alternation cheap.
+    Without ridge an active block can be singular; a null step (see
+    :func:`_null_step`) then shrinks the active set. Warm started from the
+    previous B-step the signs are usually right and a single solve suffices,
+    which is what makes the alternation cheap.
     """
     active = np.flatnonzero(b)
     b = b.copy()
@@ -385,8 +387,9 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         Overall penalty, ``>= 0``.
     l1_ratio : float, default=0.9
         Share of the lasso in the penalty, in ``[0, 1]``; ``0`` is ridge only
-        (no sparsity), ``1`` lasso only (with ``n_features > n_samples`` keep a
-        ridge part, as ZHT advise).
+        (no sparsity), ``1`` lasso only, which keeps at most ``n_samples - 1``
+        loadings per component (with ``n_features > n_samples`` ZHT advise a
+        ridge part).
     solver : {"auto", "covariance", "data"}, default="auto"
         ``"covariance"`` forms ``S`` (``d x d``) once and never touches the
         data again; ``"data"`` multiplies by ``Xc`` instead (``O(n d k)`` per

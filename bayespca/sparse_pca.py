@@ -7,14 +7,14 @@ shape ``(n, d)``, ``A`` and ``B`` of shape ``(d, k)``:
                      + alpha * l1_ratio * sum_j ||b_j||_1
                      + alpha * (1 - l1_ratio) / 2 * ||B||_F^2      subject to A^T A = I_k.
 
-Multiplied by ``2n`` this is ZHT's criterion (their eq. 3.12)
+Multiplied by ``2n`` this is ZHT's SPCA criterion
 ``sum_i ||x_i - A B^T x_i||^2 + lambda sum_j ||b_j||^2 + sum_j lambda_1 ||b_j||_1``
 with ``lambda = n alpha (1 - l1_ratio)`` and ``lambda_1 = 2 n alpha l1_ratio``
 (the same for every component). The penalties thus grow with ``n`` in ZHT's
 units, so that ``alpha`` is on the scale of a covariance and a given ``alpha``
 means the same thing at any sample size.
 
-It is solved by alternating two exact steps (ZHT's Algorithm 1):
+It is solved by alternating two exact steps (ZHT's general SPCA algorithm):
 
 * B-step (``A`` fixed): ``k`` independent elastic nets,
   ``b_j = argmin 1/(2n) ||Xc a_j - Xc b||^2 + alpha l1_ratio |b|_1 + alpha (1 - l1_ratio)/2 |b|^2``,
@@ -26,12 +26,23 @@ It is solved by alternating two exact steps (ZHT's Algorithm 1):
   previous B. When ``d > n`` the ``d x d`` matrix is never formed: the columns
   of ``S`` that an active set needs are computed from ``Xc``.
 * A-step (``B`` fixed): reduced-rank Procrustes, ``A = U W^T`` from the thin
-  SVD ``S B = U D W^T`` (ZHT Theorem 4).
+  SVD ``S B = U D W^T`` (ZHT's reduced-rank Procrustes rotation).
+
+The plain alternation crawls when the penalty is small against the
+eigenvalues; safeguarded Anderson mixing of the A-iterates cuts the number
+of iterations several-fold while keeping the criterion decreasing at every
+step (see ``_alternate``).
 
 References
 ----------
 H. Zou, T. Hastie, R. Tibshirani (2006). Sparse principal component analysis.
 Journal of Computational and Graphical Statistics 15(2), 265-286.
+
+H. Lee, A. Battle, R. Raina, A. Y. Ng (2007). Efficient sparse coding
+algorithms. Advances in Neural Information Processing Systems 19.
+
+H. F. Walker, P. Ni (2011). Anderson acceleration for fixed-point
+iterations. SIAM Journal on Numerical Analysis 49(4), 1715-1735.
 """
 
 from __future__ import annotations
@@ -447,6 +458,13 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
     ``Xc pinv(V)``; they equal the projections ``Xc V^T`` when the loadings are
     orthonormal, and ``inverse_transform(transform(X)) == X`` for ``X`` in
     their span. Components with all-zero loadings get zero scores.
+    (scikit-learn's ``SparsePCA.transform`` is the same regression with a
+    ridge, ``ridge_alpha=0.01`` by default, so it is not exact on the span.)
+    ``explained_variance_`` uses ZHT's scores ``Xc V^T`` instead.
+
+    The criterion is not convex: the solution is a stationary point reached
+    from ``init``, each iteration lowering the criterion. ZHT's principal-axes
+    start makes the ridge-only fit exact.
 
     References
     ----------

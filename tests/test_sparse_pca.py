@@ -37,7 +37,7 @@ def _with_exact_covariance(Sigma, n, seed=0):
 
 
 def _zht_covariance():
-    """Population covariance of ZHT's synthetic example (section 5.2).
+    """Population covariance of ZHT's synthetic example.
 
     V1 ~ N(0, 290), V2 ~ N(0, 300), V3 = -0.3 V1 + 0.925 V2 + e with e ~ N(0, 1);
     X1..X4 = V1 + e_i, X5..X8 = V2 + e_i, X9, X10 = V3 + e_i, all e_i ~ N(0, 1).
@@ -130,7 +130,7 @@ def test_fitted_model_is_a_fixed_point_of_both_steps(solver, standardize):
 
 
 def test_matches_plain_zht_alternation_built_from_sklearn():
-    """A reference ZHT Algorithm 1 (sklearn ElasticNet for B, numpy SVD for A) reaches the same loadings."""
+    """A reference ZHT alternation (sklearn ElasticNet for B, numpy SVD for A) reaches the same loadings."""
     X, _ = _sparse_factors(seed=4, n=200, d=12, size=4)
     Xc = X - X.mean(0)
     A = np.linalg.svd(Xc, full_matrices=False)[2][:3].T
@@ -186,7 +186,7 @@ def test_ridge_only_from_random_start_finds_the_principal_subspace(solver, shape
 
 # ------------------------------------------------------------------ sparse recovery
 def test_zht_synthetic_example():
-    """ZHT section 5.2 / Table 4: SPCA with 4 non-zeros per component finds the two hidden factors.
+    """ZHT's synthetic example: SPCA with 4 non-zeros per component finds the two hidden factors.
 
     With the exact covariance, PC1 loads 0.5 on X5..X8 and PC2 0.5 on X1..X4, and their adjusted
     variances are the closed forms var(2 V2 + sum e / 2) = 1201 and var(2 V1 + sum e / 2) = 1161

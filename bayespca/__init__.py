@@ -13,6 +13,7 @@ jax.config.update("jax_enable_x64", True)
 from bayespca.pca import PCA  # noqa: E402
 from bayespca.rotations import Rotation, procrustes, rotate  # noqa: E402
 from bayespca.selection import Selection, select_n_components  # noqa: E402
+from bayespca.sparse_pca import SparsePCA, sparse_pca_path  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -20,8 +21,10 @@ __all__ = [
     "PCA",
     "Rotation",
     "Selection",
+    "SparsePCA",
     "__version__",
     "procrustes",
     "rotate",
     "select_n_components",
+    "sparse_pca_path",
 ]

@@ -41,6 +41,7 @@ __all__ = [
     "SVD",
     "centred_scatter",
     "centred_sum_squares",
+    "eigh_top",
     "flip_signs",
     "svd_covariance",
     "svd_full",
@@ -175,8 +176,17 @@ def svd_full(X: np.ndarray, mean: np.ndarray) -> SVD:
     return SVD(s, vt, scores, float(np.sum(s**2)))
 
 
-def _eigh_top(matrix: np.ndarray, n_components: int | None):
-    """Eigenpairs of a symmetric PSD matrix, descending, clipped at zero."""
+def eigh_top(matrix: np.ndarray, n_components: int | None):
+    """Leading eigenpairs of a symmetric PSD matrix, descending, eigenvalues clipped at zero.
+
+    Only the requested ``n_components`` pairs are computed (LAPACK ``evr``);
+    ``matrix`` is overwritten.
+
+    Examples
+    --------
+    >>> eigh_top(np.diag([1.0, 3.0, 2.0]), 2)[0]
+    array([3., 2.])
+    """
     size = matrix.shape[0]
     if n_components == 0:
         return np.zeros(0), np.zeros((size, 0))
@@ -215,7 +225,7 @@ def svd_covariance(X: np.ndarray, mean: np.ndarray, n_components: int | None = N
     r = min(n, d) if n_components is None else n_components
     scatter = centred_scatter(X, mean)
     total_ss = float(np.trace(scatter))
-    evals, evecs = _eigh_top(scatter, r)
+    evals, evecs = eigh_top(scatter, r)
     evals, evecs = evals[:r], evecs[:, :r]
     components, _ = flip_signs(evecs.T)
     return SVD(np.sqrt(evals), components, None, total_ss)
@@ -239,7 +249,7 @@ def svd_gram(X: np.ndarray, mean: np.ndarray, n_components: int | None = None) -
     xc = X - mean
     gram = xc @ xc.T
     total_ss = float(np.trace(gram))
-    evals, evecs = _eigh_top(gram, r)
+    evals, evecs = eigh_top(gram, r)
     evals, evecs = evals[:r], evecs[:, :r]
     s = np.sqrt(evals)
     # Singular values below this are numerically zero: their V column would

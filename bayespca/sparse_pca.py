@@ -57,7 +57,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.exceptions import ConvergenceWarning
 
 from bayespca.data import as_float_matrix, check_is_fitted, validate_fit, validate_transform
-from bayespca.linalg import _eigh_top, centred_scatter, flip_signs, svd_covariance, svd_gram
+from bayespca.linalg import centred_scatter, eigh_top, flip_signs, svd_covariance, svd_gram
 
 __all__ = ["SparsePCA", "adjusted_variance", "sparse_pca_path"]
 
@@ -543,7 +543,7 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         if isinstance(init, str):
             if init == "pca":
                 if scatter.dense is not None:
-                    _, evecs = _eigh_top(scatter.dense.copy(), k)
+                    _, evecs = eigh_top(scatter.dense.copy(), k)
                     return flip_signs(evecs[:, :k].T)[0].T
                 svd = svd_gram(Xw, centre, k) if n < d else svd_covariance(Xw, centre, k)
                 return svd.components.T

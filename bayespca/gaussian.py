@@ -165,7 +165,12 @@ def _masked_factors(g: LowRankGaussian, X: jax.Array, observed: jax.Array):
 
 @jax.jit
 def _log_prob_masked(g: LowRankGaussian, X: jax.Array, observed: jax.Array) -> jax.Array:
-    chol, rhs, resid, inv_noise = _masked_factors(g, X, observed)
+    return _masked_log_prob(g, observed, _masked_factors(g, X, observed))
+
+
+def _masked_log_prob(g: LowRankGaussian, observed: jax.Array, factors) -> jax.Array:
+    """Per-row observed-block log-density from :func:`_masked_factors` (reused by EM)."""
+    chol, rhs, resid, inv_noise = factors
     proj = solve_triangular(chol, rhs[..., None], lower=True)[..., 0]
     quad = jnp.sum(resid**2 * inv_noise, axis=1) - jnp.sum(proj**2, axis=1)
     obs = jnp.asarray(observed)

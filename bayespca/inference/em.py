@@ -196,7 +196,7 @@ def _iterate(params, data, step, *, isotropic, data_form, tol, max_iter, acceler
     trace = [ll]
     n_maps, step_max, converged = 1, 1.0, False
     while n_maps < max_iter:
-        if accelerate:
+        if accelerate and n_maps + 2 <= max_iter:
             # One EM step y = F(x), then the SQUAREM point; keep the better.
             fy, ll_y = _em_map(fx, data, **statics)
             xp, alpha = _extrapolate(x, fx, fy, step_max, data[-1])

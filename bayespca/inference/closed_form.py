@@ -167,7 +167,10 @@ def ppca_closed_form(X: np.ndarray, n_components: int, *, floor: float = 1e-10) 
     lam[:r] = svd.singular_values[:r] ** 2 / n
     total = svd.total_ss / n
     bound = float(noise_floor(np.array([total / d]), floor)[0])
-    sigma2 = (total - lam.sum()) / (d - k) if k < d else 0.0
+    residual = total - lam.sum()  # sum of the discarded eigenvalues
+    if k == d or residual <= 8 * d * np.finfo(float).eps * total:
+        residual = 0.0  # rounding noise, which would be divided by a floored sigma^2
+    sigma2 = residual / (d - k) if k < d else 0.0
     at_floor = not sigma2 > bound
     sigma2 = max(sigma2, bound)
     c = np.maximum(lam, sigma2)
@@ -179,7 +182,7 @@ def ppca_closed_form(X: np.ndarray, n_components: int, *, floor: float = 1e-10) 
         + np.sum(np.log(c))
         + (d - k) * np.log(sigma2)
         + np.sum(lam / c)
-        + max(total - lam.sum(), 0.0) / sigma2
+        + residual / sigma2
     )
     if at_floor:
         warnings.warn(

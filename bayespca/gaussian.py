@@ -140,38 +140,57 @@ def _log_prob_complete(g: LowRankGaussian, X: jax.Array) -> jax.Array:
     return -0.5 * (d * _LOG_2PI + logdet + quad)
 
 
-def _masked_factors(g: LowRankGaussian, X: jax.Array, observed: jax.Array):
+def _symmetric_packing(k: int) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """Indices of the upper triangle of a k x k matrix, and the (k, k) map back to it.
+
+    Sums of many small symmetric matrices are matrix products over their
+    ``k (k + 1) / 2`` distinct entries, about half the work of all ``k^2``.
+    """
+    upper = np.triu_indices(k)
+    unpack = np.zeros((k, k), dtype=int)
+    unpack[upper] = np.arange(upper[0].size)
+    unpack.T[upper] = np.arange(upper[0].size)
+    return upper, unpack
+
+
+def _masked_factors(g: LowRankGaussian, X: jax.Array, observed: jax.Array, inverse: bool = False):
     """Per-row pieces of the observed-block Gaussian.
 
     Missing coordinates get zero precision and zero residual, which removes
-    them from every sum. Returns the lower Cholesky factors of the per-row
-    capacitances ``M_i = I + W^T diag(o_i / psi) W`` (n, k, k), the
-    right-hand sides ``W^T Psi^{-1} r_i`` restricted to observed entries
-    (n, k), the masked residuals (n, d) and masked inverse noise (n, d).
+    them from every sum. Returns the lower Cholesky factors ``L_i`` of the
+    per-row capacitances ``M_i = I + W^T diag(o_i / psi) W`` (n, k, k),
+    ``L_i^{-1} W^T Psi^{-1} r_i`` over observed entries (n, k), ``L_i^{-1}``
+    (n, k, k; only when ``inverse``, else None), the masked residuals (n, d)
+    and the masked inverse noise (n, d).
     """
     obs = jnp.asarray(observed)
     w = jnp.asarray(g.loadings)
-    d, k = w.shape
+    k = w.shape[1]
     inv_noise = jnp.where(obs, 1.0 / g.noise, 0.0)
     resid = jnp.where(obs, jnp.asarray(X) - g.mean, 0.0)
-    # sum_j o_ij / psi_j w_j w_j^T for every row at once is one (n, d) x (d, k^2)
-    # matrix product, the fastest way to form n small matrices.
-    outer = (w[:, :, None] * w[:, None, :]).reshape(d, k * k)
-    m = jnp.eye(k, dtype=w.dtype) + (inv_noise @ outer).reshape(-1, k, k)
+    # sum_j o_ij / psi_j w_j w_j^T for every row at once is one matrix
+    # product (n, d) x (d, k(k+1)/2), the fastest way to form n small matrices.
+    upper, unpack = _symmetric_packing(k)
+    m = jnp.eye(k, dtype=w.dtype) + (inv_noise @ (w[:, upper[0]] * w[:, upper[1]]))[:, unpack]
     chol = jnp.linalg.cholesky(m)
-    rhs = (resid * inv_noise) @ w
-    return chol, rhs, resid, inv_noise
+    rhs = ((resid * inv_noise) @ w)[..., None]
+    if inverse:  # one triangular solve for both the projection and L^{-1}
+        eye = jnp.broadcast_to(jnp.eye(k, dtype=w.dtype), chol.shape)
+        solved = solve_triangular(chol, jnp.concatenate([rhs, eye], axis=2), lower=True)
+        proj, chol_inv = solved[..., 0], solved[..., 1:]
+    else:
+        proj, chol_inv = solve_triangular(chol, rhs, lower=True)[..., 0], None
+    return chol, proj, chol_inv, resid, inv_noise
 
 
 @jax.jit
 def _log_prob_masked(g: LowRankGaussian, X: jax.Array, observed: jax.Array) -> jax.Array:
-    return _masked_log_prob(g, observed, _masked_factors(g, X, observed))
+    chol, proj, _, resid, inv_noise = _masked_factors(g, X, observed)
+    return _masked_log_prob(g, observed, chol, proj, resid, inv_noise)
 
 
-def _masked_log_prob(g: LowRankGaussian, observed: jax.Array, factors) -> jax.Array:
+def _masked_log_prob(g, observed, chol, proj, resid, inv_noise) -> jax.Array:
     """Per-row observed-block log-density from :func:`_masked_factors` (reused by EM)."""
-    chol, rhs, resid, inv_noise = factors
-    proj = solve_triangular(chol, rhs[..., None], lower=True)[..., 0]
     quad = jnp.sum(resid**2 * inv_noise, axis=1) - jnp.sum(proj**2, axis=1)
     obs = jnp.asarray(observed)
     logdet = jnp.sum(jnp.where(obs, jnp.log(g.noise), 0.0), axis=1) + 2.0 * jnp.sum(
@@ -179,6 +198,13 @@ def _masked_log_prob(g: LowRankGaussian, observed: jax.Array, factors) -> jax.Ar
     )
     n_obs = jnp.sum(obs, axis=1)
     return -0.5 * (n_obs * _LOG_2PI + logdet + quad)
+
+
+def _masked_posterior(proj: jax.Array, chol_inv: jax.Array) -> LatentPosterior:
+    """``M_i^{-1} = L_i^{-T} L_i^{-1}`` and ``E[z_i] = L_i^{-T} proj_i`` (reused by EM)."""
+    mean = jnp.einsum("nji,nj->ni", chol_inv, proj)
+    cov = jnp.einsum("nji,njl->nil", chol_inv, chol_inv)
+    return LatentPosterior(mean, cov)
 
 
 def _stats_log_likelihood(g, chol, scaled, n, mean, diag_scatter, scatter_scaled):
@@ -302,10 +328,8 @@ def _latent_posterior_complete(g: LowRankGaussian, X: jax.Array) -> LatentPoster
 
 @jax.jit
 def _latent_posterior_masked(g: LowRankGaussian, X: jax.Array, observed: jax.Array):
-    chol, rhs, _, _ = _masked_factors(g, X, observed)
-    mean = cho_solve((chol, True), rhs[..., None])[..., 0]
-    eye = jnp.broadcast_to(jnp.eye(chol.shape[-1], dtype=chol.dtype), chol.shape)
-    return LatentPosterior(mean, cho_solve((chol, True), eye))
+    _, proj, chol_inv, _, _ = _masked_factors(g, X, observed, inverse=True)
+    return _masked_posterior(proj, chol_inv)
 
 
 class MissingConditional(NamedTuple):
@@ -359,9 +383,12 @@ def conditional_missing(
     """
     post = _latent_posterior_masked(g, X, observed)
     w = jnp.asarray(g.loadings)
-    d, k = w.shape
-    outer = (w[:, :, None] * w[:, None, :]).reshape(d, k * k)
-    var = post.covariance.reshape(-1, k * k) @ outer.T + g.noise
+    upper, unpack = _symmetric_packing(w.shape[1])
+    # w_j^T Sigma_i w_j for all (i, j): the packed entries of Sigma_i (off-diagonal
+    # ones counted twice) against the packed outer products w_j w_j^T.
+    twice = np.where(upper[0] == upper[1], 1.0, 2.0)
+    packed_cov = post.covariance[:, upper[0], upper[1]] * twice
+    var = packed_cov @ (w[:, upper[0]] * w[:, upper[1]]).T + g.noise
     mean = post.mean @ w.T + g.mean
     obs = jnp.asarray(observed)
     return MissingConditional(jnp.where(obs, X, mean), jnp.where(obs, 0.0, var))

@@ -301,8 +301,9 @@ class PPCA(_LowRankGaussianModel):
         ``guide="delta"``, so its priors shift the answer slightly);
         ``"auto"``: closed form for complete data, EM when X has NaN.
     tol : float or None, default=None
-        Convergence tolerance of EM (relative log-likelihood gain) or SVI;
-        None: the method's default.
+        Convergence tolerance of EM (relative log-likelihood gain still to
+        come; default 1e-10, or 1e-8 with missing values) or SVI; None: the
+        method's default.
     max_iter : int or None, default=None
         Maximum EM updates or SVI steps; None: the method's default.
     noise_floor : float, default=1e-10
@@ -448,8 +449,9 @@ class FactorAnalysis(_LowRankGaussianModel):
         normalised). It changes ``loadings_``, ``components_`` and the factor
         scores of ``transform``, never the likelihood or the covariance.
     tol : float or None, default=None
-        Convergence tolerance (EM: relative log-likelihood gain, default
-        1e-10); None: the method's default.
+        Convergence tolerance (EM: relative log-likelihood gain still to
+        come, default 1e-10, or 1e-8 with missing values); None: the
+        method's default.
     max_iter : int or None, default=None
         Maximum EM updates or SVI steps; None: the method's default.
     noise_floor : float, default=1e-6

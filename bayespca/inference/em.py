@@ -71,7 +71,9 @@ from bayespca.gaussian import (
     _capacitance_cholesky,
     _masked_factors,
     _masked_log_prob,
+    _masked_posterior,
     _stats_log_likelihood,
+    _symmetric_packing,
     canonical_loadings,
 )
 from bayespca.inference.closed_form import MLFit, check_n_components, noise_floor
@@ -82,6 +84,7 @@ __all__ = ["fit_em"]
 NOISE = ("isotropic", "diagonal")
 FORMS = ("auto", "scatter", "data")
 DEFAULT_FLOOR = {"isotropic": 1e-10, "diagonal": 1e-6}
+DEFAULT_TOL = {False: 1e-10, True: 1e-8}  # keyed by "has missing values"
 _WINDOW = 5  # iterations per block in the convergence test
 
 
@@ -117,25 +120,17 @@ def _missing_step(params, data, isotropic, data_form):
     w, psi, mu = params
     x0, obs, obs_float, n_obs, sum_sq, floor = data
     g = LowRankGaussian(w, psi, mu)
-    factors = _masked_factors(g, x0, obs)
-    ll = jnp.sum(_masked_log_prob(g, obs, factors))
-    chol, rhs = factors[0], factors[1]
-    n, k = rhs.shape
-    m = cho_solve((chol, True), rhs[..., None])[..., 0]
-    eye = jnp.broadcast_to(jnp.eye(k, dtype=w.dtype), chol.shape)
-    second = cho_solve((chol, True), eye) + m[:, :, None] * m[:, None, :]
-    # E[z~ z~^T] for z~ = (z, 1), flattened so that the per-feature sums over
-    # observed rows are one matrix product.
-    aug = jnp.concatenate(
-        [
-            jnp.concatenate([second, m[:, :, None]], axis=2),
-            jnp.concatenate([m, jnp.ones((n, 1), dtype=w.dtype)], axis=1)[:, None, :],
-        ],
-        axis=1,
-    )
-    k1 = k + 1
-    gram = (obs_float.T @ aug.reshape(n, k1 * k1)).reshape(-1, k1, k1)
+    chol, proj, chol_inv, resid, inv_noise = _masked_factors(g, x0, obs, inverse=True)
+    ll = jnp.sum(_masked_log_prob(g, obs, chol, proj, resid, inv_noise))
+    m, cov = _masked_posterior(proj, chol_inv)
+    n, k = m.shape
+    # E[z~ z~^T] for z~ = (z, 1); its distinct entries, summed over the rows
+    # where each feature is observed, are one matrix product.
     m_aug = jnp.concatenate([m, jnp.ones((n, 1), dtype=w.dtype)], axis=1)
+    (row, col), unpack = _symmetric_packing(k + 1)
+    inner = np.flatnonzero((row < k) & (col < k))
+    second = (m_aug[:, row] * m_aug[:, col]).at[:, inner].add(cov[:, row[inner], col[inner]])
+    gram = (obs_float.T @ second)[:, unpack]
     b = x0.T @ m_aug  # x0 is zero at missing entries
     coef = cho_solve((jnp.linalg.cholesky(gram), True), b[..., None])[..., 0]
     psi_new = (sum_sq - jnp.sum(coef * b, axis=1)) / n_obs
@@ -282,7 +277,7 @@ def fit_em(
     n_components: int,
     *,
     noise: str = "isotropic",
-    tol: float = 1e-10,
+    tol: float | None = None,
     max_iter: int = 10_000,
     floor: float | None = None,
     form: str = "auto",
@@ -301,12 +296,14 @@ def fit_em(
     noise : {"isotropic", "diagonal"}, default="isotropic"
         ``"isotropic"``: pPCA (``Psi = sigma^2 I``); ``"diagonal"``: factor
         analysis.
-    tol : float, default=1e-10
+    tol : float or None, default=None
         Stop when the estimated log-likelihood gain still to come is at most
         ``tol * |log-likelihood|``: the gain ``G`` of the last 5 iterations
         plus Aitken's extrapolation ``G a / (1 - a)``, with ``a`` the ratio
         of the gains of the last two blocks of 5 iterations (or when a step
-        gains nothing beyond rounding).
+        gains nothing beyond rounding). None: 1e-10 for complete data, where
+        an iteration costs O(d^2 k), and 1e-8 with missing values, where it
+        costs O(n d k^2).
     max_iter : int, default=10000
         Maximum number of EM updates (an accelerated cycle counts 2).
     floor : float or None, default=None
@@ -351,8 +348,8 @@ def fit_em(
         raise ValueError(f"noise must be one of {list(NOISE)}; got {noise!r}.")
     if form not in FORMS:
         raise ValueError(f"form must be one of {list(FORMS)}; got {form!r}.")
-    if not (np.isscalar(tol) and tol >= 0):
-        raise ValueError(f"tol must be a float >= 0; got {tol!r}.")
+    if tol is not None and not (np.isscalar(tol) and tol >= 0):
+        raise ValueError(f"tol must be None or a float >= 0; got {tol!r}.")
     if isinstance(max_iter, bool) or not isinstance(max_iter, int | np.integer) or max_iter < 1:
         raise ValueError(f"max_iter must be an int >= 1; got {max_iter!r}.")
     X = np.asarray(X, dtype=float)
@@ -380,6 +377,8 @@ def fit_em(
     if isotropic:
         floor_vec = np.full(d, float(noise_floor(np.array([var.mean()]), rel_floor)[0]))
     data_form = (form == "data") or (form == "auto" and d > n)
+    if tol is None:
+        tol = DEFAULT_TOL[has_missing]
 
     if has_missing:
         step = _missing_step

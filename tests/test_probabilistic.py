@@ -327,7 +327,9 @@ def test_ppca_svi_map_reaches_closed_form():
     cf = PPCA(2).fit(X)
     svi = PPCA(2, method="svi", random_state=0).fit(X)
     assert svi.log_likelihood_ == pytest.approx(cf.log_likelihood_, rel=1e-4)
-    np.testing.assert_allclose(svi.get_covariance(), cf.get_covariance(), atol=0.05)
+    # MAP under SVI's priors, stopped by its own tolerance: close, not equal.
+    gap = np.linalg.norm(svi.get_covariance() - cf.get_covariance())
+    assert gap < 0.05 * np.linalg.norm(cf.get_covariance())
 
 
 # ------------------------------------------------------------- bad input

@@ -128,6 +128,22 @@ def test_ppca_n_less_than_d():
     assert ppca.log_likelihood_ == pytest.approx(ref, rel=1e-9)
 
 
+def test_n_less_than_d_by_em_never_forms_the_scatter():
+    X = _data(n=12, d=40, k=2)
+    cf = PPCA(3).fit(X)
+    em = PPCA(3, method="em", tol=1e-14).fit(X)  # d > n: the O(n d k) form
+    assert em.log_likelihood_ == pytest.approx(cf.log_likelihood_, rel=1e-9)
+    c_ref = cf.get_covariance()
+    np.testing.assert_allclose(em.get_covariance(), c_ref, atol=1e-5 * np.abs(c_ref).max())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        fa = FactorAnalysis(3).fit(X)
+    assert np.all(np.diff(fa.loglike_trace_) >= 0)
+    ref = multivariate_normal(fa.mean_, fa.get_covariance()).logpdf(X).sum()
+    assert fa.log_likelihood_ == pytest.approx(ref, rel=1e-9)
+    assert fa.log_likelihood_ >= cf.log_likelihood_  # FA nests pPCA
+
+
 # --------------------------------------------------------- Factor analysis
 def test_fa_equals_sklearn_at_convergence():
     X = _data()

@@ -216,7 +216,7 @@ def test_fa_every_n_components(k):
 
 
 # ------------------------------------- methods shared by both estimators
-@pytest.fixture(params=["ppca", "fa"])
+@pytest.fixture(params=["ppca", "fa"], scope="module")
 def fitted_with_missing(request):
     X = _data(missing=0.2, seed=5)
     model = PPCA(2) if request.param == "ppca" else FactorAnalysis(2)
@@ -277,9 +277,9 @@ def test_covariance_precision_sample_inverse_transform(fitted_with_missing):
     d = model.n_features_in_
     product = model.get_precision() @ model.get_covariance()
     np.testing.assert_allclose(product, np.eye(d), atol=1e-10)
-    draws = model.sample(100_000, random_state=0)
-    np.testing.assert_allclose(np.cov(draws.T), model.get_covariance(), atol=0.05)
-    np.testing.assert_array_equal(draws[:5], model.sample(100_000, random_state=0)[:5])
+    draws = model.sample(50_000, random_state=0)
+    np.testing.assert_allclose(np.cov(draws.T), model.get_covariance(), atol=0.06)
+    np.testing.assert_array_equal(model.sample(5, random_state=3), model.sample(5, random_state=3))
     assert not np.allclose(model.sample(5, random_state=1), model.sample(5, random_state=2))
     # E[x | z] = W z + mu: the conditional mean of x given the factors.
     Z = np.array([[1.0, -0.5], [0.0, 0.0]])

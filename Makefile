@@ -1,10 +1,11 @@
-# One command each on a fresh machine: `make test` runs the test suite,
-# `make bench` runs the benchmarks. Both create .venv with Python >= 3.12.
+# One command each on a fresh machine: `make demo` runs the quickstart,
+# `make test` the test suite, `make bench` the benchmarks. Each creates
+# .venv with a Python >= 3.12 on first use.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test bench lint clean venv
+.PHONY: demo test bench lint clean venv
 
 venv: $(STAMP)
 
@@ -13,6 +14,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
+demo: $(STAMP)
+	$(PY) examples/quickstart.py
+
 test: $(STAMP)
 	$(PY) -m pytest
 
@@ -20,7 +24,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 bench: $(STAMP)
-	$(PY) benchmarks/bench_pca.py
+	for f in benchmarks/bench_*.py; do $(PY) $$f || exit 1; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -11,8 +11,17 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 from bayespca.pca import PCA  # noqa: E402
+from bayespca.rotations import Rotation, procrustes, rotate  # noqa: E402
 from bayespca.selection import Selection, select_n_components  # noqa: E402
 
 __version__ = "0.1.0"
 
-__all__ = ["PCA", "Selection", "__version__", "select_n_components"]
+__all__ = [
+    "PCA",
+    "Rotation",
+    "Selection",
+    "__version__",
+    "procrustes",
+    "rotate",
+    "select_n_components",
+]

@@ -67,15 +67,9 @@ def _feature_names(X: Any, name: str) -> np.ndarray | None:
 
 
 def _from_dataframe(X: Any, name: str) -> np.ndarray:
-    bad = [
-        str(col)
-        for col, dtype in zip(X.columns, X.dtypes, strict=True)
-        if not (
-            np.issubdtype(getattr(dtype, "numpy_dtype", dtype), np.number)
-            or np.issubdtype(getattr(dtype, "numpy_dtype", dtype), np.bool_)
-        )
-        or getattr(dtype, "name", "") == "category"
-    ]
+    from pandas.api.types import is_numeric_dtype  # only reached with a DataFrame
+
+    bad = [str(col) for col, dtype in zip(X.columns, X.dtypes, strict=True) if not is_numeric_dtype(dtype)]
     if bad:
         raise TypeError(
             f"{name} has non-numeric columns {bad[:5]}{'...' if len(bad) > 5 else ''}; "
@@ -143,7 +137,8 @@ def as_float_matrix(X: Any, *, name: str = "X", allow_nan: bool = False) -> np.n
                 raise TypeError(f"{name} has dtype {arr.dtype}, which is not numeric; accepted: {_ACCEPTED}.")
     if arr.ndim != 2:
         hint = (
-            f" Reshape with {name}.reshape(-1, 1) for one feature or {name}.reshape(1, -1) for one sample."
+            f" Reshape your data with {name}.reshape(-1, 1) for one feature or "
+            f"{name}.reshape(1, -1) for one sample."
             if arr.ndim == 1
             else ""
         )
@@ -152,13 +147,17 @@ def as_float_matrix(X: Any, *, name: str = "X", allow_nan: bool = False) -> np.n
             f"{arr.shape}.{hint}"
         )
     arr = np.ascontiguousarray(arr, dtype=np.float64)
-    if arr.size == 0:
-        raise ValueError(
-            f"{name} is empty (shape {arr.shape}); at least 1 sample and 1 feature are required."
-        )
+    # A data matrix has samples and features; other matrices (loadings, scores) rows and columns.
+    for axis, what in enumerate(("sample", "feature") if name == "X" else ("row", "column")):
+        if arr.shape[axis] == 0:
+            raise ValueError(
+                f"{name} has 0 {what}(s) (shape={arr.shape}) while a minimum of 1 is required."
+            )
     # Summing is a cheap test for the common all-finite case; only on failure
     # is the element-wise scan done to say what is wrong.
-    if not np.isfinite(arr.sum()):
+    with np.errstate(over="ignore", invalid="ignore"):
+        finite = np.isfinite(arr.sum())
+    if not finite:
         if np.isinf(arr).any():
             raise ValueError(f"{name} contains infinity (inf); accepted: finite values"
                              f"{' or NaN for missing entries' if allow_nan else ''}.")
@@ -172,6 +171,14 @@ def as_float_matrix(X: Any, *, name: str = "X", allow_nan: bool = False) -> np.n
                 f"{name} holds values so large that their sum overflows float64; rescale {name}."
             )
     return arr
+
+
+def _missing_mask(arr: np.ndarray, allow_nan: bool) -> np.ndarray | None:
+    """Boolean mask of NaN entries, or None when NaN is not allowed or absent."""
+    if not allow_nan:
+        return None
+    nan = np.isnan(arr)
+    return nan if nan.any() else None
 
 
 def validate_fit(
@@ -215,17 +222,14 @@ def validate_fit(
             f"X has {n} sample{'s' if n != 1 else ''} (n_samples = {n}); "
             f"{type(estimator).__name__} needs at least {min_samples} samples."
         )
-    missing = None
-    if allow_nan:
-        nan = np.isnan(arr)
-        if nan.any():
-            empty = np.flatnonzero(nan.all(axis=0))
-            if empty.size:
-                raise ValueError(
-                    f"X has features with no observed value (column indices {empty[:10].tolist()}); "
-                    "drop them: nothing can be estimated for a feature that is never observed."
-                )
-            missing = nan
+    missing = _missing_mask(arr, allow_nan)
+    if missing is not None:
+        empty = np.flatnonzero(missing.all(axis=0))
+        if empty.size:
+            raise ValueError(
+                f"X has features with no observed value (column indices {empty[:10].tolist()}); "
+                "drop them: nothing can be estimated for a feature that is never observed."
+            )
     estimator.n_features_in_ = d
     if names is not None:
         estimator.feature_names_in_ = names
@@ -310,9 +314,4 @@ def validate_transform(estimator: Any, X: Any, *, allow_nan: bool = False) -> Va
             f"X has {arr.shape[1]} features, but {cls} is expecting "
             f"{estimator.n_features_in_} features as input."
         )
-    missing = None
-    if allow_nan:
-        nan = np.isnan(arr)
-        if nan.any():
-            missing = nan
-    return ValidatedData(arr, missing)
+    return ValidatedData(arr, _missing_mask(arr, allow_nan))

@@ -178,6 +178,8 @@ def svd_full(X: np.ndarray, mean: np.ndarray) -> SVD:
 def _eigh_top(matrix: np.ndarray, n_components: int | None):
     """Eigenpairs of a symmetric PSD matrix, descending, clipped at zero."""
     size = matrix.shape[0]
+    if n_components == 0:
+        return np.zeros(0), np.zeros((size, 0))
     if n_components is None or n_components >= size:
         evals, evecs = scipy.linalg.eigh(matrix, check_finite=False, overwrite_a=True)
     else:

@@ -392,7 +392,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         )
 
     def get_covariance(self):
-        """Model covariance ``V^T diag(lambda) V + sigma^2 (I - V^T V)``, shape (d, d), in the original units."""
+        """Model covariance ``V^T diag(lambda) V + sigma^2 (I - V^T V)`` in the original units, (d, d)."""
         return np.asarray(gaussian.covariance(self._gaussian(singular_ok=True)))
 
     def get_precision(self):

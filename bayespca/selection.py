@@ -34,6 +34,12 @@ method                    rule
                           maximises the profile log-likelihood
 ========================= ======================================================
 
+The Grassmann count makes AIC and BIC charge ``c (d - 2k) sigma^2 / n`` for
+one more dimension, far less than a noise eigenvalue (about ``sigma^2``)
+when ``n >> d``: there they over-select, and they are meant for ``n`` not
+much larger than ``d``. The geometric AIC charges about ``2 sigma^2`` per
+dimension (the ``n k`` coordinates) and suits ``n >> d``.
+
 Where a rule needs the noise level ``sigma`` and none is given, it uses the
 Gavish-Donoho estimate ``sigma_hat = median(s) / sqrt(N mu_beta)`` (``mu_beta``
 the Marchenko-Pastur median), which does not depend on k.

@@ -43,19 +43,7 @@ def _conditioning(model, x):
 
 
 # ------------------------------------------------------------ scikit-learn API
-def _expected_failures(estimator):
-    # bayespca.data (shared by every estimator) words these two errors its own
-    # way; the checks only match scikit-learn's wording.
-    return {
-        "check_estimators_empty_data_messages": "bayespca.data error wording",
-        "check_fit2d_predict1d": "bayespca.data error wording",
-    }
-
-
-@parametrize_with_checks(
-    [PPCA(), PPCA(method="em"), FactorAnalysis()],
-    expected_failed_checks=_expected_failures,
-)
+@parametrize_with_checks([PPCA(), PPCA(method="em"), FactorAnalysis()])
 def test_sklearn_compatible(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # Heywood/floor notes on random data

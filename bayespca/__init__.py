@@ -11,6 +11,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 from bayespca.pca import PCA  # noqa: E402
+from bayespca.probabilistic import PPCA, FactorAnalysis  # noqa: E402
 from bayespca.rotations import Rotation, procrustes, rotate  # noqa: E402
 from bayespca.selection import Selection, select_n_components  # noqa: E402
 from bayespca.sparse_pca import SparsePCA, sparse_pca_path  # noqa: E402
@@ -19,6 +20,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "PCA",
+    "PPCA",
+    "FactorAnalysis",
     "Rotation",
     "Selection",
     "SparsePCA",

@@ -77,7 +77,7 @@ from bayespca.gaussian import (
     canonical_loadings,
 )
 from bayespca.inference.closed_form import MLFit, check_n_components, noise_floor
-from bayespca.linalg import _eigh_top, svd_full, svd_randomized
+from bayespca.linalg import eigh_top, svd_full, svd_randomized
 
 __all__ = ["fit_em"]
 
@@ -236,7 +236,7 @@ def _initial(source, is_scatter, n, diag_s, k, isotropic, floor):
     scale = np.ones(d) if isotropic else np.sqrt(np.where(diag_s > 0, diag_s, 1.0))
     r = min(k, d) if is_scatter else min(k, n, d)
     if is_scatter:
-        evals, evecs = _eigh_top(source / np.outer(scale, scale), r)
+        evals, evecs = eigh_top(source / np.outer(scale, scale), r)
         evals, evecs = evals[:r], evecs[:, :r]
     else:
         xs = source / scale

@@ -262,11 +262,14 @@ def _resolve_priors(
     for field, value in zip(Priors._fields, priors, strict=True):
         if value is not None and not isinstance(value, dist.Distribution):
             raise TypeError(
-                f"priors.{field} must be a numpyro Distribution or None; got {type(value).__name__}."
+                f"priors.{field} must be a numpyro Distribution or None; got "
+                f"{type(value).__name__}."
             )
     if None in priors:
         defaults = default_priors(X, noise=noise, n_features=d, suff_stats=suff_stats)
-        priors = Priors(*(p if p is not None else q for p, q in zip(priors, defaults, strict=True)))
+        priors = Priors(
+            *(p if p is not None else q for p, q in zip(priors, defaults, strict=True))
+        )
     return priors
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections import OrderedDict
 from typing import Any
 
 import jax
@@ -132,8 +133,10 @@ class SVIFit:
             loadings (S, d, k), noise (S, d), mean (S, d). For the delta guide
             all draws equal the point estimate.
         """
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int | np.integer) or (
-            num_samples < 1
+        if (
+            isinstance(num_samples, bool)
+            or not isinstance(num_samples, int | np.integer)
+            or (num_samples < 1)
         ):
             raise ValueError(f"num_samples must be a positive int; got {num_samples!r}.")
         key = _key(random_state)
@@ -158,7 +161,9 @@ def _to_data_units(values: dict, noise: str, shift: np.ndarray, scale: float) ->
     return LowRankGaussian(W, psi, mu)
 
 
-def _standardised_priors(priors: Priors, noise: str, shift: np.ndarray, scale: float, d: int, k: int):
+def _standardised_priors(
+    priors: Priors, noise: str, shift: np.ndarray, scale: float, d: int, k: int
+):
     """The same priors expressed on standardised parameters.
 
     If ``theta ~ p`` in data units, the standardised ``(theta - a) / b`` has
@@ -215,11 +220,16 @@ def _check_number(value: Any, name: str, *, integer: bool = False, allow_none: b
     if value is None and allow_none:
         return None
     kind = int | np.integer if integer else int | float | np.integer | np.floating
-    if isinstance(value, bool) or not isinstance(value, kind) or not value > 0 or (
-        not integer and not math.isfinite(value)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kind)
+        or not value > 0
+        or (not integer and not math.isfinite(value))
     ):
         what = "a positive int" if integer else "a positive finite number"
-        raise ValueError(f"{name} must be {what}{' or None' if allow_none else ''}; got {value!r}.")
+        raise ValueError(
+            f"{name} must be {what}{' or None' if allow_none else ''}; got {value!r}."
+        )
     return int(value) if integer else float(value)
 
 
@@ -358,11 +368,7 @@ def fit_svi(
     data_priors = _resolve_priors(priors, noise=noise, X=arr, suff_stats=None, d=d)
     std_priors = _standardised_priors(data_priors, noise, shift, scale, d, k)
     model = functools.partial(
-        _MODELS[noise],
-        n_components=k,
-        priors=std_priors,
-        subsample_size=batch_size,
-        has_missing=has_missing,
+        _MODELS[noise], n_components=k, subsample_size=batch_size, has_missing=has_missing
     )
     rng = check_random_state(random_state)
     init_values = _initial_values(Xs, observed, k, noise)
@@ -379,14 +385,33 @@ def fit_svi(
     svi = SVI(model, auto_guide, numpyro.optim.Adam(schedule), Trace_ELBO())
     key = jax.random.key(rng.randint(np.iinfo(np.int32).max))
     data = jnp.asarray(np.where(nan, np.nan, Xs)) if has_missing else jnp.asarray(Xs)
-    state = svi.init(key, data)
+    state = svi.init(key, data, priors=std_priors)
 
     # A deterministic objective (delta guide, all rows) ends at its optimum;
     # a stochastic one is judged on longer windows and summarised by its
     # averaged iterates.
     stochastic = guide != "delta" or batch_size is not None
+    config = (
+        noise,
+        guide,
+        n,
+        d,
+        k,
+        batch_size,
+        has_missing,
+        num_steps,
+        learning_rate,
+        jax.tree_util.tree_structure(std_priors),
+    )
     state, losses, converged, averaged = _run(
-        svi, state, data, num_steps, tol, progress_bar, _STOCHASTIC_WINDOW if stochastic else 1
+        svi,
+        config,
+        state,
+        (data, std_priors),
+        num_steps,
+        tol,
+        progress_bar,
+        _STOCHASTIC_WINDOW if stochastic else 1,
     )
     n_steps = losses.size
     if not np.all(np.isfinite(losses)):
@@ -419,8 +444,55 @@ def _decaying_step(i, *, lr: float, num_steps: int):
     return lr * _LR_DECAY ** (i / num_steps)
 
 
-def _run(svi: SVI, state, data: jax.Array, num_steps: int, tol: float, progress_bar: bool,
-         window: int):
+# Compiled chunk runners, by problem configuration: a second fit of the same
+# shape and options (cross-validation, a grid over priors) skips the XLA
+# compilation, which costs more than the fit itself on small data. Each entry
+# keeps its SVI object (and the data it was traced with) alive, hence few.
+_RUNNERS: OrderedDict = OrderedDict()
+_RUNNERS_KEPT = 4
+
+
+def _chunk_runner(svi: SVI, config: tuple, length: int):
+    """A jitted ``run(state, (data, priors)) -> (state, losses, mean params)`` of ``length`` steps.
+
+    Everything data-dependent is an argument, never a baked-in constant, so
+    the runner built for one fit serves every fit with the same ``config``
+    (its SVI object has the same sites, shapes and constraints).
+    """
+    key = (config, length)
+    if key in _RUNNERS:
+        _RUNNERS.move_to_end(key)
+        return _RUNNERS[key]
+
+    def step(carry, _, data, priors):
+        state, total = carry
+        state, loss = svi.update(state, data, priors=priors)
+        current = svi.optim.get_params(state.optim_state)
+        return (state, jax.tree.map(jnp.add, total, current)), loss
+
+    @jax.jit
+    def run(state, args):
+        zeros = jax.tree.map(jnp.zeros_like, svi.optim.get_params(state.optim_state))
+        body = functools.partial(step, data=args[0], priors=args[1])
+        (state, total), losses = jax.lax.scan(body, (state, zeros), None, length=length)
+        return state, losses, jax.tree.map(lambda t: t / length, total)
+
+    _RUNNERS[key] = run
+    while len(_RUNNERS) > _RUNNERS_KEPT:
+        _RUNNERS.popitem(last=False)
+    return run
+
+
+def _run(
+    svi: SVI,
+    config: tuple,
+    state,
+    args: tuple,
+    num_steps: int,
+    tol: float,
+    progress_bar: bool,
+    window: int,
+):
     """Run SVI in compiled chunks of steps, testing convergence between chunks.
 
     The test compares the mean loss over the last ``window`` chunks with
@@ -430,24 +502,7 @@ def _run(svi: SVI, state, data: jax.Array, num_steps: int, tol: float, progress_
     the iterates jitter around the optimum at the scale of the step, and
     their average (Polyak-Ruppert) is much closer to it.
     """
-
-    def chunk_runner(length: int):
-        def step(carry, _):
-            state, total = carry
-            state, loss = svi.update(state, data)
-            current = svi.optim.get_params(state.optim_state)
-            return (state, jax.tree.map(jnp.add, total, current)), loss
-
-        @jax.jit
-        def run(state, data):
-            zeros = jax.tree.map(jnp.zeros_like, svi.optim.get_params(state.optim_state))
-            (state, total), losses = jax.lax.scan(step, (state, zeros), None, length=length)
-            return state, losses, jax.tree.map(lambda t: t / length, total)
-
-        return run
-
     chunk = min(_CHUNK, num_steps)
-    runners = {chunk: chunk_runner(chunk)}
     bar = None
     if progress_bar:
         from tqdm.auto import tqdm
@@ -461,9 +516,7 @@ def _run(svi: SVI, state, data: jax.Array, num_steps: int, tol: float, progress_
     try:
         while done < num_steps:
             length = min(chunk, num_steps - done)
-            if length not in runners:
-                runners[length] = chunk_runner(length)
-            state, loss, average = runners[length](state, data)
+            state, loss, average = _chunk_runner(svi, config, length)(state, args)
             loss = np.asarray(loss)
             windows.append(loss)
             averages.append(average)

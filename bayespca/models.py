@@ -311,25 +311,29 @@ def _check_positive_int(value: Any, name: str) -> int:
     return int(value)
 
 
-class _ObservedBlockNormal(dist.Distribution):
-    """Per-row ``N(mu, W W^T + diag(psi))`` restricted to each row's observed entries.
+class _LowRankNormal(dist.Distribution):
+    """``N(mu, W W^T + diag(psi))`` per row, optionally restricted to observed entries.
 
-    The density of row ``i`` is that of its observed block,
-    ``N(x_{i,O} | mu_O, W_O W_O^T + Psi_O)`` (the likelihood of data missing
-    at random), so the observed site keeps one log-likelihood value per row.
-    Draws are complete rows (the missing entries are drawn too).
+    Without a mask it is NumPyro's ``LowRankMultivariateNormal``; it routes
+    the log-density through :func:`bayespca.gaussian.log_prob` so that every
+    model, fit and score in the package shares one implementation. With a
+    mask ``observed`` (batch shape + (d,)), the density of row ``i`` is that
+    of its observed block, ``N(x_{i,O} | mu_O, W_O W_O^T + Psi_O)`` (the
+    likelihood of data missing at random), so the observed site keeps one
+    log-likelihood value per row. Draws are complete rows.
     """
 
     arg_constraints = {}
     support = constraints.real_vector
     pytree_data_fields = ("loc", "cov_factor", "cov_diag", "observed")
 
-    def __init__(self, loc, cov_factor, cov_diag, observed):
+    def __init__(self, loc, cov_factor, cov_diag, observed=None):
         self.loc = loc
         self.cov_factor = cov_factor
         self.cov_diag = cov_diag
         self.observed = observed
-        super().__init__(batch_shape=jnp.shape(observed)[:-1], event_shape=jnp.shape(loc)[-1:])
+        batch_shape = () if observed is None else jnp.shape(observed)[:-1]
+        super().__init__(batch_shape=batch_shape, event_shape=jnp.shape(loc)[-1:])
 
     def sample(self, key, sample_shape=()):
         full = dist.LowRankMultivariateNormal(self.loc, self.cov_factor, self.cov_diag)
@@ -337,10 +341,14 @@ class _ObservedBlockNormal(dist.Distribution):
 
     def log_prob(self, value):
         g = LowRankGaussian(self.cov_factor, self.cov_diag, self.loc)
-        observed = jnp.broadcast_to(self.observed, jnp.shape(value))
-        d = jnp.shape(value)[-1]
-        flat = log_prob(g, jnp.reshape(value, (-1, d)), jnp.reshape(observed, (-1, d)))
-        return jnp.reshape(flat, jnp.shape(value)[:-1])
+        shape = jnp.shape(value)
+        rows = jnp.reshape(value, (-1, shape[-1]))
+        if self.observed is None:
+            flat = log_prob(g, rows)
+        else:
+            observed = jnp.reshape(jnp.broadcast_to(self.observed, shape), (-1, shape[-1]))
+            flat = log_prob(g, rows, observed)
+        return jnp.reshape(flat, shape[:-1])
 
 
 def suff_stats_log_likelihood(g: LowRankGaussian, stats: SufficientStatistics) -> jax.Array:
@@ -450,10 +458,8 @@ def _low_rank_model(
             if observed is not None:
                 likelihood = likelihood.mask(observed)
             numpyro.sample("X", likelihood.to_event(1), obs=x)
-        elif observed is not None:
-            numpyro.sample("X", _ObservedBlockNormal(mu, W, psi, observed), obs=x)
         else:
-            numpyro.sample("X", dist.LowRankMultivariateNormal(mu, W, psi), obs=x)
+            numpyro.sample("X", _LowRankNormal(mu, W, psi, observed), obs=x)
 
 
 _MODEL_PARAMETERS = """
@@ -470,7 +476,7 @@ _MODEL_PARAMETERS = """
         Shape of the data; required without ``X``, checked against it otherwise.
     latent : {"marginal", "explicit"}, default="marginal"
         ``"marginal"`` integrates z out: each row of the observed site ``"X"``
-        has density ``N(x_i | mu, W W^T + Psi)`` (a
+        has density ``N(x_i | mu, W W^T + Psi)`` (that of a
         ``LowRankMultivariateNormal``, O(d k) per row), or that of its
         observed block when entries are missing, so
         ``numpyro.infer.log_likelihood`` gives one value per row.

@@ -10,6 +10,7 @@ from numpyro import handlers
 from numpyro.infer import MCMC, NUTS, Predictive, log_likelihood
 from numpyro.infer.util import log_density
 from scipy import stats
+from threadpoolctl import threadpool_limits
 
 import bayespca  # noqa: F401  (sets float64)
 from bayespca.models import (
@@ -210,7 +211,10 @@ def test_nuts_recovers_noise_and_log_likelihood_per_row():
     mcmc = MCMC(
         NUTS(model), num_warmup=100, num_samples=100, jit_model_args=True, progress_bar=False
     )
-    mcmc.run(jax.random.key(1), X)
+    # One BLAS thread: threaded OpenBLAS makes the n-column triangular solve
+    # in the log-density ~100x slower (see bayespca.inference.svi).
+    with threadpool_limits(limits=1, user_api="blas"):
+        mcmc.run(jax.random.key(1), X)
     sigma = np.asarray(mcmc.get_samples()["sigma"])
     # Posterior sd of sigma ~ sigma / sqrt(2 n (d - k)) = 0.012.
     ml_sigma = np.sqrt(np.linalg.eigvalsh(np.cov(X.T, bias=True))[:-1].mean())

@@ -4,11 +4,21 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 from sklearn.decomposition import FactorAnalysis
+from threadpoolctl import threadpool_limits
 
 import bayespca  # noqa: F401  (sets float64)
 from bayespca.inference.svi import SVIFit, fit_svi
 
 N, D, K = 1000, 20, 3
+
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread():
+    # Every LAPACK call here is small; on a machine with more busy threads
+    # than cores, threaded OpenBLAS waits for scheduling on each call (up to
+    # 100x slower, measured). Results do not depend on the thread count.
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
 
 
 def _loglik(g, X):
@@ -137,14 +147,10 @@ def test_missing_values_reach_the_observed_data_ml():
     )
 
 
-def test_minibatch_gets_close_and_is_deterministic(ppca_data):
-    kwargs = {"priors": "flat", "batch_size": 100, "init": "random", "random_state": 3}
-    fit = fit_svi(ppca_data, K, **kwargs)
-    again = fit_svi(ppca_data, K, **kwargs)
+def test_minibatch_gets_close(ppca_data):
+    fit = fit_svi(ppca_data, K, priors="flat", batch_size=100, init="random", random_state=3)
     _, _, loglik = _closed_form(ppca_data, K)
     assert abs(_loglik(fit.gaussian, ppca_data) - loglik) / abs(loglik) < 1e-3
-    np.testing.assert_array_equal(fit.losses, again.losses)
-    np.testing.assert_array_equal(fit.gaussian.loadings, again.gaussian.loadings)
 
 
 def _laplace_log_sigma_precision(X, g):
@@ -168,25 +174,31 @@ def test_gaussian_guides_locate_and_spread_like_the_posterior(guide):
     rng = np.random.default_rng(4)
     n, d, k = 400, 6, 1
     X = rng.normal(size=(n, k)) @ rng.normal(size=(d, k)).T + 0.5 * rng.normal(size=(n, d))
-    fit = fit_svi(X, k, guide=guide, priors="flat", random_state=0)
+    fit = fit_svi(X, k, guide=guide, priors="flat", num_steps=2000, random_state=0)
     _, sigma2, loglik = _closed_form(X, k)
     assert abs(_loglik(fit.gaussian, X) - loglik) / abs(loglik) < 1e-4
     draws = fit.sample_posterior(4000, random_state=1)
     log_sigma = 0.5 * np.log(draws.noise[:, 0])
     expected_sd = 1 / np.sqrt(_laplace_log_sigma_precision(X, fit.gaussian))
-    np.testing.assert_allclose(log_sigma.std(), expected_sd, rtol=0.2)
+    np.testing.assert_allclose(log_sigma.std(), expected_sd, rtol=0.1)
     np.testing.assert_allclose(np.median(log_sigma), 0.5 * np.log(sigma2), atol=expected_sd)
     assert draws.loadings.shape == (4000, d, k)
 
 
-def test_out_of_steps_reports_not_converged_and_shows_progress(capsys):
+def test_out_of_steps_is_reported_and_runs_are_reproducible(capsys):
     rng = np.random.default_rng(5)
     X = rng.normal(size=(50, 4))
-    fit = fit_svi(X, 1, init="random", num_steps=150, progress_bar=True, random_state=0)
+    kwargs = {"init": "random", "num_steps": 200, "batch_size": 20, "random_state": 0}
+    fit = fit_svi(X, 1, progress_bar=True, **kwargs)
     assert isinstance(fit, SVIFit)
-    assert not fit.converged and fit.n_steps == 150 and fit.losses.shape == (150,)
-    assert fit.losses[-1] < fit.losses[0]
+    assert not fit.converged and fit.n_steps == 200 and fit.losses.shape == (200,)
+    assert fit.losses[-10:].mean() < fit.losses[:10].mean()
     assert "SVI" in capsys.readouterr().err
+    again = fit_svi(X, 1, **kwargs)
+    np.testing.assert_array_equal(fit.losses, again.losses)
+    np.testing.assert_array_equal(fit.gaussian.loadings, again.gaussian.loadings)
+    other = fit_svi(X, 1, **{**kwargs, "random_state": 1})
+    assert not np.array_equal(fit.losses, other.losses)
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@
 * ``"lowrank"`` (``AutoLowRankMultivariateNormal``): a Normal with
   low-rank-plus-diagonal covariance over all parameters.
 
-Three choices make it converge in a few hundred steps rather than tens of
-thousands:
+Four choices make it converge in a few hundred cheap steps rather than
+tens of thousands of costly ones:
 
 1. *Standardised coordinates.* The optimiser works on
    ``(X - m) / s`` (``m`` the column means, ``s`` the root mean column
@@ -26,7 +26,15 @@ thousands:
 3. *Adam with an exponentially decaying step*, ``lr_t = lr * 1e-3^(t / num_steps)``:
    a constant Adam step never settles on a deterministic objective (it
    oscillates at the scale of the step), which is what stalls a naive SVI
-   fit about 1e-4 short of the optimum.
+   fit at a relative log-likelihood gap of 1e-5 to 1e-4.
+4. *Sufficient statistics.* Complete data over all rows enter the
+   likelihood only through ``(n, mean, scatter)``, so such fits use the
+   model's ``suff_stats`` form: O(d^2 k) per step, whatever n. Minibatches
+   and missing values use the per-row density.
+
+Stochastic objectives (Normal guides, minibatches) are judged on longer
+windows and summarised by their averaged iterates (Polyak-Ruppert), which
+sit much closer to the optimum than the last one.
 """
 
 from __future__ import annotations
@@ -342,8 +350,14 @@ def fit_svi(
     -----
     MAP under the default priors is not the maximum-likelihood point: the
     priors pull ``W`` towards 0 by an amount of relative order ``1/n``, which
-    lowers the log-likelihood by O(number of parameters / n) nats; use
-    ``priors="flat"`` to fit the likelihood exactly.
+    lowers the log-likelihood by O(number of parameters / n) nats (a relative
+    1.6e-6 at n = 1000, d = 20, k = 3); use ``priors="flat"`` to fit the
+    likelihood exactly.
+
+    The compiled optimisation loop is cached for the last few problem
+    configurations (shapes and options, not data values), so refitting data
+    of the same shape skips XLA compilation, which otherwise dominates small
+    fits. The loop runs with one BLAS thread (threadpoolctl), restored after.
 
     Examples
     --------

@@ -168,6 +168,13 @@ def test_default_priors_follow_the_data_scale():
     s = np.nanstd(X, axis=0)
     overall = np.sqrt(np.mean(s**2))
     np.testing.assert_allclose(np.asarray(p.mean.scale)[0], 10 * overall, rtol=1e-12)
+    # A column with no observed value: prior centred at 0 with the overall scale.
+    X[:, 3] = np.nan
+    p = default_priors(X, noise="diagonal")
+    s = np.nanstd(X[:, [0, 1, 2, 4]], axis=0)
+    overall = np.sqrt(np.mean(s**2))
+    assert float(p.mean.loc[3]) == 0.0
+    np.testing.assert_allclose(np.asarray(p.noise.scale)[[0, 3]], overall**2, rtol=1e-12)
 
 
 @pytest.mark.parametrize("latent", ["marginal", "explicit"])

@@ -44,7 +44,7 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
 from bayespca.data import as_float_matrix
-from bayespca.gaussian import LowRankGaussian, _capacitance_cholesky, log_prob
+from bayespca.gaussian import LowRankGaussian, log_likelihood_from_stats, log_prob
 from bayespca.linalg import centred_scatter
 
 __all__ = [
@@ -57,7 +57,6 @@ __all__ = [
     "sufficient_statistics",
 ]
 
-_LOG_2PI = 1.8378770664093453
 _NOISE_KINDS = ("isotropic", "diagonal")
 _LATENTS = ("marginal", "explicit")
 # Prior sd of mu in units of the column sd: wide enough that the data, not the
@@ -362,9 +361,7 @@ class _LowRankNormal(dist.Distribution):
 def suff_stats_log_likelihood(g: LowRankGaussian, stats: SufficientStatistics) -> jax.Array:
     """Total log-likelihood ``sum_i log N(x_i | mu, C)`` from sufficient statistics.
 
-    ``sum_i (x_i-mu)^T C^{-1} (x_i-mu) = tr(C^{-1} S) + n (xbar-mu)^T C^{-1} (xbar-mu)``
-    with the scatter ``S`` and, by Woodbury with ``M = L L^T`` and
-    ``B = L^{-1} W^T Psi^{-1}``, ``tr(C^{-1} S) = sum_j S_jj / psi_j - tr(B S B^T)``:
+    :func:`bayespca.gaussian.log_likelihood_from_stats` applied to ``stats``:
     O(d^2 k) per evaluation, whatever ``n``.
 
     Examples
@@ -377,15 +374,7 @@ def suff_stats_log_likelihood(g: LowRankGaussian, stats: SufficientStatistics) -
     >>> bool(np.isclose(suff_stats_log_likelihood(g, sufficient_statistics(X)), ref))
     True
     """
-    chol, scaled = _capacitance_cholesky(g)
-    b = jax.scipy.linalg.solve_triangular(chol, scaled.T, lower=True)  # (k, d)
-    scatter = jnp.asarray(stats.scatter)
-    resid = jnp.asarray(stats.mean) - g.mean
-    quad_scatter = jnp.sum(jnp.diag(scatter) / g.noise) - jnp.sum((b @ scatter) * b)
-    quad_mean = jnp.sum(resid**2 / g.noise) - jnp.sum((b @ resid) ** 2)
-    logdet = jnp.sum(jnp.log(g.noise)) + 2.0 * jnp.sum(jnp.log(jnp.diag(chol)))
-    n, d = stats.n, resid.shape[0]
-    return -0.5 * (n * (d * _LOG_2PI + logdet + quad_mean) + quad_scatter)
+    return log_likelihood_from_stats(g, stats.n, stats.mean, stats.scatter)
 
 
 def _observed_mask(X: jax.Array, has_missing: bool | None) -> jax.Array | None:

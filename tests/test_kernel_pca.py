@@ -234,10 +234,10 @@ def test_feature_names_out_and_dataframe():
 
 
 def test_auto_solver_rule():
-    assert KernelPCA(5).fit(X).solver_ == "dense"  # n <= 500
-    big = RNG.standard_normal((600, 3))
+    assert KernelPCA(5).fit(X).solver_ == "dense"  # n <= 300
+    big = RNG.standard_normal((400, 3))
     assert KernelPCA(5).fit(big).solver_ == "arpack"
-    assert KernelPCA(150).fit(big).solver_ == "dense"  # k >= 0.2 n
+    assert KernelPCA(40).fit(big).solver_ == "dense"  # k >= 0.1 n
 
 
 def test_arpack_is_reproducible_without_random_state():
@@ -379,14 +379,26 @@ def test_rff_out_of_sample_matches_exact_when_features_are_many():
 
 
 def test_approximate_pre_image_approaches_exact():
-    Z = KernelPCA(3, gamma=0.3).fit(X).transform(X)
-    exact = KernelPCA(3, gamma=0.3, fit_inverse_transform=True).fit(X).inverse_transform(Z)
+    exact = KernelPCA(3, gamma=0.3, fit_inverse_transform=True).fit(X)
+    Z = exact.transform(X)
     rff = KernelPCA(3, gamma=0.3, approximation="rff", n_approx=4000, random_state=0,
                     fit_inverse_transform=True).fit(X)
-    Z_rff = _sign_align(rff.transform(X), Z)
-    signs = np.sign(np.sum(Z_rff * rff.transform(X), axis=0))
+    # express the exact projections in the rff components' signs
+    signs = np.sign(np.sum(rff.transform(X) * Z, axis=0))
     approx = rff.inverse_transform(Z * signs)
-    assert np.mean((approx - exact) ** 2) < 0.05 * np.mean((exact - X.mean(0)) ** 2)
+    reference = exact.inverse_transform(Z)
+    assert np.mean((approx - reference) ** 2) < 0.05 * np.mean((reference - X.mean(0)) ** 2)
+
+
+def test_rff_all_components_are_those_of_the_feature_gram_matrix():
+    # n_approx > n: the PCA runs on the n x n Gram matrix of the features
+    rff = KernelPCA(approximation="rff", n_approx=300, random_state=0).fit(X)
+    phi = rff.feature_map_(X)
+    phi_c = phi - phi.mean(axis=0)
+    expected = scipy.linalg.eigvalsh(phi_c @ phi_c.T)[::-1]
+    assert rff.n_components_ == len(X) - 1  # centring removes one dimension
+    np.testing.assert_allclose(rff.eigenvalues_, expected[: len(X) - 1], rtol=1e-9)
+    np.testing.assert_allclose(rff.transform(X), rff.fit_transform(X), atol=1e-9)
 
 
 def test_nystroem_more_landmarks_than_points_warns_and_is_exact():

@@ -10,6 +10,8 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+from bayespca.kernel_pca import KernelPCA  # noqa: E402
+from bayespca.kernels import FourierMap, Kernel, NystroemMap  # noqa: E402
 from bayespca.pca import PCA  # noqa: E402
 from bayespca.probabilistic import PPCA, FactorAnalysis  # noqa: E402
 from bayespca.rotations import Rotation, procrustes, rotate  # noqa: E402
@@ -19,6 +21,10 @@ from bayespca.sparse_pca import SparsePCA, sparse_pca_path  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
+    "FourierMap",
+    "Kernel",
+    "KernelPCA",
+    "NystroemMap",
     "PCA",
     "PPCA",
     "FactorAnalysis",

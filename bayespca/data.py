@@ -15,7 +15,8 @@ estimators reject NaN with a ``ValueError``.
 from __future__ import annotations
 
 import warnings
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from sklearn.exceptions import NotFittedError
@@ -31,8 +32,9 @@ __all__ = [
 _ACCEPTED = "a 2-D array-like of real numbers (NumPy array, nested list, JAX array or pandas DataFrame)"
 
 
-class ValidatedData(NamedTuple):
-    """A validated data matrix.
+@dataclass(frozen=True)
+class ValidatedData:
+    """A validated data matrix; unpacks as ``X, missing = data``.
 
     Attributes
     ----------
@@ -41,10 +43,17 @@ class ValidatedData(NamedTuple):
     missing : ndarray of bool, shape (n_samples, n_features), or None
         True where an entry is missing; ``None`` when nothing is missing (the
         common case, so callers can take the fast complete-data path).
+    column_sums : ndarray of shape (n_features,)
+        Column sums, a by-product of the finiteness check that saves fitting
+        code a pass over X for the mean (NaN in columns with missing values).
     """
 
     X: np.ndarray
     missing: np.ndarray | None
+    column_sums: np.ndarray
+
+    def __iter__(self):
+        return iter((self.X, self.missing))
 
 
 def _feature_names(X: Any, name: str) -> np.ndarray | None:
@@ -109,6 +118,11 @@ def as_float_matrix(X: Any, *, name: str = "X", allow_nan: bool = False) -> np.n
     >>> as_float_matrix([[1, 2], [3, 4]]).dtype
     dtype('float64')
     """
+    return _convert(X, name, allow_nan)[0]
+
+
+def _convert(X: Any, name: str, allow_nan: bool) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`as_float_matrix`, also returning the column sums."""
     if hasattr(X, "toarray") or type(X).__module__.startswith("scipy.sparse"):
         raise TypeError(
             f"{name} is a scipy sparse matrix ({type(X).__name__}); bayespca needs dense "
@@ -153,11 +167,12 @@ def as_float_matrix(X: Any, *, name: str = "X", allow_nan: bool = False) -> np.n
             raise ValueError(
                 f"{name} has 0 {what}(s) (shape={arr.shape}) while a minimum of 1 is required."
             )
-    # Summing is a cheap test for the common all-finite case; only on failure
-    # is the element-wise scan done to say what is wrong.
+    # Column sums are a cheap test for the common all-finite case (and give
+    # the mean for free); only on failure is the element-wise scan done to say
+    # what is wrong.
     with np.errstate(over="ignore", invalid="ignore"):
-        finite = np.isfinite(arr.sum())
-    if not finite:
+        sums = arr.sum(axis=0)
+    if not np.isfinite(sums).all():
         if np.isinf(arr).any():
             raise ValueError(f"{name} contains infinity (inf); accepted: finite values"
                              f"{' or NaN for missing entries' if allow_nan else ''}.")
@@ -170,7 +185,7 @@ def as_float_matrix(X: Any, *, name: str = "X", allow_nan: bool = False) -> np.n
             raise ValueError(
                 f"{name} holds values so large that their sum overflows float64; rescale {name}."
             )
-    return arr
+    return arr, sums
 
 
 def _missing_mask(arr: np.ndarray, allow_nan: bool) -> np.ndarray | None:
@@ -215,7 +230,7 @@ def validate_fit(
     np.int64(1)
     """
     names = _feature_names(X, "X")
-    arr = as_float_matrix(X, name="X", allow_nan=allow_nan)
+    arr, sums = _convert(X, "X", allow_nan)
     n, d = arr.shape
     if n < min_samples:
         raise ValueError(
@@ -235,7 +250,7 @@ def validate_fit(
         estimator.feature_names_in_ = names
     elif hasattr(estimator, "feature_names_in_"):
         del estimator.feature_names_in_
-    return ValidatedData(arr, missing)
+    return ValidatedData(arr, missing, sums)
 
 
 def check_is_fitted(estimator: Any, attribute: str = "n_features_in_") -> None:
@@ -308,10 +323,10 @@ def validate_transform(estimator: Any, X: Any, *, allow_nan: bool = False) -> Va
             + "; ".join(detail)
             + "."
         )
-    arr = as_float_matrix(X, name="X", allow_nan=allow_nan)
+    arr, sums = _convert(X, "X", allow_nan)
     if arr.shape[1] != estimator.n_features_in_:
         raise ValueError(
             f"X has {arr.shape[1]} features, but {cls} is expecting "
             f"{estimator.n_features_in_} features as input."
         )
-    return ValidatedData(arr, _missing_mask(arr, allow_nan))
+    return ValidatedData(arr, _missing_mask(arr, allow_nan), sums)

@@ -9,16 +9,17 @@ solver     computes                                  cost (flops, leading term)
 full       thin SVD of ``Xc`` (LAPACK gesdd)         ~ 4 n d min(n, d)
 covariance eigh of the scatter ``Xc^T Xc`` (d x d)   n d^2 + ~4 d^3
 gram       eigh of the Gram matrix ``Xc Xc^T`` (n x n) n^2 d + ~4 n^3
-randomized Halko-Martinsson-Tropp range finder with   4 (q + 1) n d (k + p)
-           q power iterations, then a small SVD
+randomized block Krylov (Musco & Musco) of depth q     2 (3q + 2) n d (k + p)
+           on a Gaussian sketch, then a small SVD
 ========== ========================================= ==========================
 
 The covariance and Gram solvers square the condition number: an eigenvalue
 ``lambda_j`` of the scatter matrix is accurate to about ``eps * lambda_1``
 in absolute terms, so singular values far below ``sqrt(eps) * s_1`` lose
 relative accuracy (the full SVD keeps ``eps * s_1``). The randomized solver is
-accurate to machine precision when the spectrum decays past ``k + p`` and to
-about ``s_{k+1} (s_{k+p+1}/s_k)^(2q)`` otherwise (Halko et al. 2011, Thm 10.8).
+accurate to machine precision when the spectrum decays well past ``k + p``;
+on flat spectra its error shrinks geometrically with the depth ``q``
+(Halko et al. 2011; Musco & Musco 2015).
 
 All solvers finish with :func:`flip_signs`, so their output is the same up
 to rounding whichever one ran.
@@ -28,6 +29,8 @@ References
 N. Halko, P.-G. Martinsson, J. A. Tropp (2011). Finding structure with
 randomness: probabilistic algorithms for constructing approximate matrix
 decompositions. SIAM Review 53(2), 217-288.
+C. Musco, C. Musco (2015). Randomized block Krylov methods for stronger and
+faster approximate singular value decomposition. NeurIPS 28.
 """
 
 from __future__ import annotations
@@ -110,12 +113,18 @@ def flip_signs(components: np.ndarray, scores: np.ndarray | None = None):
     return components, scores
 
 
+def _cancels(centred_sq: np.ndarray, mean_sq: np.ndarray) -> bool:
+    """Whether ``sum x^2 - n mean^2`` lost more than 3 digits (centred part < 1e-3 of the mean part)."""
+    return bool(np.any(centred_sq < 1e-3 * mean_sq))
+
+
 def centred_scatter(X: np.ndarray, mean: np.ndarray) -> np.ndarray:
     """Scatter matrix ``(X - mean)^T (X - mean)`` of shape (d, d).
 
-    Centring happens block by block, which is both as accurate as centring
-    X first and as fast as ``X^T X - n mean mean^T`` (which cancels
-    catastrophically when ``|mean|`` is large against the spread).
+    Computed as ``X^T X - n mean mean^T`` (one BLAS ``syrk``, no copy of X)
+    unless that cancels: when a feature's spread is below ~3% of its mean
+    (more than 3 of 16 digits lost), the data are centred block by block
+    instead, which is as accurate as centring X first without copying it.
 
     Examples
     --------
@@ -125,6 +134,10 @@ def centred_scatter(X: np.ndarray, mean: np.ndarray) -> np.ndarray:
            [4., 8.]])
     """
     n, d = X.shape
+    scatter = X.T @ X
+    scatter -= n * np.outer(mean, mean)
+    if not _cancels(np.diag(scatter), n * mean**2):
+        return scatter
     scatter = np.zeros((d, d))
     for start in range(0, n, _BLOCK_ROWS):
         block = X[start : start + _BLOCK_ROWS] - mean
@@ -133,15 +146,19 @@ def centred_scatter(X: np.ndarray, mean: np.ndarray) -> np.ndarray:
 
 
 def centred_sum_squares(X: np.ndarray, mean: np.ndarray) -> float:
-    """``|X - mean|_F^2`` by blocks, without copying X.
+    """``|X - mean|_F^2`` without copying X (block-wise centring only when the fast form cancels).
 
     Examples
     --------
     >>> centred_sum_squares(np.array([[1.0, 2.0], [3.0, 6.0]]), np.array([2.0, 4.0]))
     10.0
     """
+    n = X.shape[0]
+    total = float(np.einsum("ij,ij->", X, X)) - n * float(mean @ mean)
+    if not _cancels(np.array([total]), np.array([n * float(mean @ mean)])):
+        return total
     total = 0.0
-    for start in range(0, X.shape[0], _BLOCK_ROWS):
+    for start in range(0, n, _BLOCK_ROWS):
         block = X[start : start + _BLOCK_ROWS] - mean
         total += float(np.einsum("ij,ij->", block, block))
     return total
@@ -274,10 +291,19 @@ def svd_randomized(
     n_power_iter: int | None = None,
     random_state: int | np.random.Generator | None = None,
 ) -> SVD:
-    """Halko-Martinsson-Tropp randomized SVD of the centred data, without centring X.
+    """Randomized block Krylov SVD of the centred data, without centring X.
 
-    Products with ``Xc`` use ``Xc B = X B - 1 (mean^T B)``, so X is never copied.
-    The range finder works on the smaller side of the matrix.
+    A Gaussian sketch ``Y_0 = Xc Omega`` (``l = k + p`` columns) is expanded
+    into the block Krylov space ``[Y_0, (Xc Xc^T) Y_0, ..., (Xc Xc^T)^q Y_0]``
+    (each block re-orthonormalised by QR), and the SVD of ``Q^T Xc`` on an
+    orthonormal basis ``Q`` of that space gives the triplets (Rayleigh-Ritz).
+    Keeping every block, instead of only the last as plain subspace
+    iteration does, gives the same accuracy with about half the passes over X
+    (Musco & Musco 2015): depth ``q = 3`` matches or beats the 7 power
+    iterations of scikit-learn's randomized solver at 70% of its cost.
+
+    Products with ``Xc`` use ``Xc B = X B - 1 (mean^T B)``, so X is never
+    copied; the sketch is taken on the smaller side of the matrix.
 
     Parameters
     ----------
@@ -286,11 +312,16 @@ def svd_randomized(
     n_components : int
         Number of triplets ``k``.
     n_oversamples : int, default=10
-        Extra random directions ``p``; the sketch has ``k + p`` columns.
+        Extra random directions ``p``; each Krylov block has ``k + p`` columns.
     n_power_iter : int, optional
-        Power iterations ``q``; by default 7 when ``k < 0.1 min(n, d)`` and 4
-        otherwise (as scikit-learn). Each iteration is re-orthonormalised (QR).
+        Krylov depth ``q``; by default 3 when ``k < 0.1 min(n, d)`` and 2
+        otherwise.
     random_state : int, Generator or None
+
+    References
+    ----------
+    C. Musco, C. Musco (2015). Randomized block Krylov methods for stronger and
+    faster approximate singular value decomposition. NeurIPS 28.
 
     Examples
     --------
@@ -304,7 +335,7 @@ def svd_randomized(
     n, d = X.shape
     k = n_components
     if n_power_iter is None:
-        n_power_iter = 7 if k < 0.1 * min(n, d) else 4
+        n_power_iter = 3 if k < 0.1 * min(n, d) else 2
     rng = np.random.default_rng(random_state)
     width = min(k + n_oversamples, min(n, d))
     ones = np.ones((n, 1))
@@ -317,13 +348,13 @@ def svd_randomized(
         return X.T @ a - mean_row.T @ (ones.T @ a)
 
     if n >= d:
-        q = _range(times, times_t, d, width, n_power_iter, rng)  # (n, l), basis of col(Xc)
-        small = times_t(q).T  # (l, d) = Q^T Xc
+        q = _krylov_basis(times, times_t, d, width, n_power_iter, rng)  # (n, L), in col(Xc)
+        small = times_t(q).T  # (L, d) = Q^T Xc
         ub, s, vt = scipy.linalg.svd(small, full_matrices=False, check_finite=False)
         u = q @ ub
     else:
-        q = _range(times_t, times, n, width, n_power_iter, rng)  # (d, l), basis of row(Xc)
-        small = times(q)  # (n, l) = Xc Q
+        q = _krylov_basis(times_t, times, n, width, n_power_iter, rng)  # (d, L), in row(Xc)
+        small = times(q)  # (n, L) = Xc Q
         u, s, wt = scipy.linalg.svd(small, full_matrices=False, check_finite=False)
         vt = wt @ q.T
     u, s, vt = u[:, :k], s[:k], vt[:k]
@@ -331,10 +362,12 @@ def svd_randomized(
     return SVD(s, vt, scores, centred_sum_squares(X, mean))
 
 
-def _range(apply, apply_t, size, width, n_power_iter, rng):
-    """Orthonormal basis of the range of ``apply`` by subspace iteration."""
-    q, _ = np.linalg.qr(apply(rng.standard_normal((size, width))))
-    for _ in range(n_power_iter):
-        q, _ = np.linalg.qr(apply_t(q))
-        q, _ = np.linalg.qr(apply(q))
-    return q
+def _krylov_basis(apply, apply_t, size, width, depth, rng):
+    """Orthonormal basis of the block Krylov space of ``apply apply_t`` started at a Gaussian sketch."""
+    block, _ = np.linalg.qr(apply(rng.standard_normal((size, width))))
+    blocks = [block]
+    for _ in range(depth):
+        block, _ = np.linalg.qr(apply(apply_t(block)))
+        blocks.append(block)
+    basis, _ = np.linalg.qr(np.hstack(blocks))
+    return basis[:, : min(basis.shape)]

@@ -33,8 +33,8 @@ def choose_solver(n_samples: int, n_features: int, n_components: int | None) -> 
 
     * covariance: ``n d^2 + 6 d^3``  (scatter matrix, then eigh)
     * gram: ``n^2 d + 6 n^3``        (Gram matrix, then eigh)
-    * randomized: ``4 (q + 1) n d (k + 10)`` with ``q = 7`` power
-      iterations (4 when ``k >= 0.1 m``)
+    * randomized: ``2 (3q + 2) n d (k + 10)``, block Krylov depth ``q = 3``
+      (2 when ``k >= 0.1 m``)
     * full: ``6 n d m``              (thin SVD)
 
     The rule takes the cheapest of covariance and Gram; it takes randomized
@@ -57,8 +57,8 @@ def choose_solver(n_samples: int, n_features: int, n_components: int | None) -> 
     gram = n * n * d + _EIGH_COST * n**3
     exact, name = (cov, "covariance") if cov <= gram else (gram, "gram")
     if n_components is not None and m >= _RANDOMIZED_MIN_SIZE and n_components + 10 <= m / 4:
-        q = 7 if n_components < 0.1 * m else 4
-        randomized = 4 * (q + 1) * n * d * (n_components + 10)
+        q = 3 if n_components < 0.1 * m else 2
+        randomized = 2 * (3 * q + 2) * n * d * (n_components + 10)
         if 2 * randomized <= exact:
             return "randomized"
     return name
@@ -96,8 +96,9 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         ``"full"``: thin SVD of the centred data (most accurate);
         ``"covariance"``: eigh of the d x d scatter matrix (n >> d);
         ``"gram"``: eigh of the n x n Gram matrix (d >> n);
-        ``"randomized"``: Halko-Martinsson-Tropp (integer ``n_components``
-        only; accurate to about ``s_{k+1} (s_{k+11} / s_k)^{2q}``);
+        ``"randomized"``: randomized block Krylov (integer ``n_components``
+        only; exact to rounding when the spectrum decays past ``k + 10``, see
+        :func:`bayespca.linalg.svd_randomized`);
         ``"auto"``: see :func:`choose_solver`.
     whiten : bool, default=False
         Divide the scores by ``sqrt(explained_variance_)`` so they have unit
@@ -110,8 +111,8 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     n_oversamples : int, default=10
         Randomized solver: extra sketch columns.
     n_power_iter : int or None, default=None
-        Randomized solver: power iterations (None: 7 if
-        ``n_components < 0.1 min(n, d)`` else 4).
+        Randomized solver: block Krylov depth (None: 3 if
+        ``n_components < 0.1 min(n, d)`` else 2).
     selection_options : dict or None, default=None
         Options for a string ``n_components`` rule (``threshold``,
         ``noise_std``, ``tau``; see
@@ -227,7 +228,8 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         raise TypeError(f"n_components must be {accepted}; got {type(k).__name__} {k!r}.")
 
     def _fit(self, X):
-        X = validate_fit(self, X).X
+        data = validate_fit(self, X)
+        X = data.X
         n, d = X.shape
         k = self._check_params(n, d)
         solver = choose_solver(n, d, k) if self.solver == "auto" else self.solver
@@ -236,7 +238,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                 f"solver='randomized' needs an integer n_components; got {self.n_components!r}, "
                 "which needs the whole spectrum. Use solver='auto', 'full', 'covariance' or 'gram'."
             )
-        mean = X.mean(axis=0)
+        mean = data.column_sums / n
         scale = np.ones(d)
         if self.standardize:
             std = X.std(axis=0, ddof=1)

@@ -9,6 +9,11 @@ and ``sklearn.decomposition.PCA(svd_solver="auto")`` over ``--repeats`` runs
 (interleaved, so load drifts hit both), their ratio (target <= 1.0), and with
 ``--solvers`` the median of every bayespca solver, to check that "auto" picks
 the fastest.
+
+BLAS runs with ``--threads`` threads (default 1) for both libraries:
+numpy and scipy each load their own OpenBLAS, and on a shared 2-core
+machine their two thread pools hand work to each other so badly that the
+same call varies by 10x or more; one thread makes the ratios repeatable.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import time
 
 import numpy as np
 from sklearn.decomposition import PCA as SkPCA
+from threadpoolctl import threadpool_limits
 
 from bayespca import PCA
 from bayespca.pca import choose_solver
@@ -42,7 +48,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--solvers", action="store_true", help="also time every bayespca solver")
+    parser.add_argument("--threads", type=int, default=1, help="BLAS threads (default 1)")
     args = parser.parse_args()
+    with threadpool_limits(args.threads):
+        run(args)
+
+
+def run(args):
     header = f"{'shape':>18} {'auto->':>11} {'bayespca s':>11} {'sklearn s':>10} {'ratio':>6}"
     print(header + "  solvers (median s)")
     for n, d, k in SHAPES:

@@ -171,7 +171,7 @@ def _convert(X: Any, name: str, allow_nan: bool) -> tuple[np.ndarray, np.ndarray
     # the mean for free); only on failure is the element-wise scan done to say
     # what is wrong.
     with np.errstate(over="ignore", invalid="ignore"):
-        sums = arr.sum(axis=0)
+        sums = np.ones(arr.shape[0]) @ arr  # BLAS gemv: one streaming pass, faster than sum(axis=0)
     if not np.isfinite(sums).all():
         if np.isinf(arr).any():
             raise ValueError(f"{name} contains infinity (inf); accepted: finite values"
@@ -188,9 +188,9 @@ def _convert(X: Any, name: str, allow_nan: bool) -> tuple[np.ndarray, np.ndarray
     return arr, sums
 
 
-def _missing_mask(arr: np.ndarray, allow_nan: bool) -> np.ndarray | None:
+def _missing_mask(arr: np.ndarray, allow_nan: bool, sums: np.ndarray) -> np.ndarray | None:
     """Boolean mask of NaN entries, or None when NaN is not allowed or absent."""
-    if not allow_nan:
+    if not allow_nan or np.isfinite(sums).all():  # finite column sums: no NaN anywhere
         return None
     nan = np.isnan(arr)
     return nan if nan.any() else None
@@ -237,7 +237,7 @@ def validate_fit(
             f"X has {n} sample{'s' if n != 1 else ''} (n_samples = {n}); "
             f"{type(estimator).__name__} needs at least {min_samples} samples."
         )
-    missing = _missing_mask(arr, allow_nan)
+    missing = _missing_mask(arr, allow_nan, sums)
     if missing is not None:
         empty = np.flatnonzero(missing.all(axis=0))
         if empty.size:
@@ -329,4 +329,4 @@ def validate_transform(estimator: Any, X: Any, *, allow_nan: bool = False) -> Va
             f"X has {arr.shape[1]} features, but {cls} is expecting "
             f"{estimator.n_features_in_} features as input."
         )
-    return ValidatedData(arr, _missing_mask(arr, allow_nan), sums)
+    return ValidatedData(arr, _missing_mask(arr, allow_nan, sums), sums)

@@ -84,7 +84,8 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         return int(k), method
 
     def _fit_gaussian(self, X, y=None):
-        X, missing = validate_fit(self, X, allow_nan=True)
+        data = validate_fit(self, X, allow_nan=True)
+        X, missing = data
         n, d = X.shape
         k, method = self._check_common(n, d, missing)
         options = {}
@@ -93,7 +94,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         if method == "closed_form":
             from bayespca.inference.closed_form import ppca_closed_form
 
-            fit = ppca_closed_form(X, k, floor=self.noise_floor)
+            fit = ppca_closed_form(X, k, floor=self.noise_floor, mean=data.column_sums / n)
             g, ll, trace, n_iter, converged = fit[:5]
             at_floor = fit.at_floor
         elif method == "em":

@@ -113,7 +113,9 @@ def check_n_components(n_components, upper: int, what: str) -> int:
     return int(n_components)
 
 
-def ppca_closed_form(X: np.ndarray, n_components: int, *, floor: float = 1e-10) -> MLFit:
+def ppca_closed_form(
+    X: np.ndarray, n_components: int, *, floor: float = 1e-10, mean: np.ndarray | None = None
+) -> MLFit:
     """Maximum-likelihood probabilistic PCA in closed form (complete data).
 
     Parameters
@@ -126,6 +128,8 @@ def ppca_closed_form(X: np.ndarray, n_components: int, *, floor: float = 1e-10) 
     floor : float, default=1e-10
         Lower bound on ``sigma^2`` relative to the mean feature variance
         (:func:`noise_floor`).
+    mean : ndarray of shape (d,), optional
+        Column means when the caller already has them (saves a pass over X).
 
     Returns
     -------
@@ -153,7 +157,7 @@ def ppca_closed_form(X: np.ndarray, n_components: int, *, floor: float = 1e-10) 
     """
     n, d = X.shape
     k = check_n_components(n_components, d, "n_features")
-    mean = X.mean(axis=0)
+    mean = X.mean(axis=0) if mean is None else mean
     rank_max = min(n, d)
     r = min(k, rank_max)
     solver = choose_solver(n, d, None)

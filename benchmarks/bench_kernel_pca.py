@@ -29,6 +29,7 @@ import tracemalloc
 import numpy as np
 import scipy.linalg
 from sklearn.decomposition import KernelPCA as SklearnKernelPCA
+from threadpoolctl import threadpool_limits
 
 import bayespca  # noqa: F401  (sets JAX to float64)
 from bayespca.kernel_pca import (
@@ -175,4 +176,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    # One BLAS thread for both libraries: numpy's and scipy's OpenBLAS pools
+    # contend on a shared 2-core machine and make timings erratic (bench_pca.py).
+    with threadpool_limits(1):
+        main()

@@ -31,6 +31,7 @@ import warnings
 import numpy as np
 from sklearn.decomposition import PCA as SkPCA
 from sklearn.decomposition import FactorAnalysis as SkFA
+from threadpoolctl import threadpool_limits
 
 from bayespca.probabilistic import PPCA, FactorAnalysis
 
@@ -98,6 +99,8 @@ def main():
             args.repeats,
             lambda sk, X=X: sk.score(X) * X.shape[0],
         )
+    if args.missing_repeats < 1:
+        return
     n, d, k = SHAPES[0]
     X = make_data(n, d, k)
     hidden = np.random.default_rng(1).random(X.shape) < 0.2
@@ -118,4 +121,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    # One BLAS thread for both libraries: numpy's and scipy's OpenBLAS pools
+    # contend on a shared 2-core machine and make timings erratic (bench_pca.py).
+    with threadpool_limits(1):
+        main()

@@ -24,6 +24,7 @@ import warnings
 
 import numpy as np
 from sklearn.decomposition import SparsePCA as SkSparsePCA
+from threadpoolctl import threadpool_limits
 
 from bayespca.sparse_pca import SparsePCA, adjusted_variance
 
@@ -105,4 +106,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    # One BLAS thread for both libraries: numpy's and scipy's OpenBLAS pools
+    # contend on a shared 2-core machine and make timings erratic (bench_pca.py).
+    with threadpool_limits(1):
+        main()

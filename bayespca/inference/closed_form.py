@@ -1,0 +1,196 @@
+"""Closed-form maximum-likelihood probabilistic PCA (Tipping & Bishop 1999).
+
+For complete data the pPCA likelihood is maximised in closed form by the
+eigendecomposition of the sample covariance ``S = Xc^T Xc / n`` (the ML
+denominator ``n``): with eigenvalues ``lambda_1 >= ... >= lambda_d`` and
+eigenvectors ``U``,
+
+    sigma^2 = (lambda_{k+1} + ... + lambda_d) / (d - k),
+    W = U_k (Lambda_k - sigma^2 I)^{1/2},        mu = xbar,
+
+and the maximum log-likelihood is
+
+    L* = -n/2 [d log(2 pi) + sum_{j<=k} log lambda_j + (d - k) log sigma^2 + d].
+
+``sigma^2`` needs only the total variance ``tr S`` and the k leading
+eigenvalues, so only k eigenpairs are computed (by the d x d scatter, the
+n x n Gram matrix or a thin SVD, whichever is cheapest).
+
+Differences from scikit-learn's ``PCA``: scikit-learn divides by ``n - 1``,
+so its ``noise_variance_`` and ``explained_variance_`` are ``n / (n - 1)``
+times these and its ``score`` is slightly below the maximum; and when
+``n <= d`` it averages the discarded eigenvalues over ``min(n, d) - k``
+rather than ``d - k``. Here ``sigma^2`` averages over all ``d - k``
+discarded eigenvalues, including the ``d - rank`` zeros of a rank-deficient
+``S`` (at most ``n - 1`` eigenvalues are non-zero): that is the maximiser of
+the likelihood.
+
+References
+----------
+M. E. Tipping, C. M. Bishop (1999). Probabilistic principal component
+analysis. J. R. Stat. Soc. B 61(3), 611-622.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+from typing import NamedTuple
+
+import numpy as np
+
+from bayespca.gaussian import LowRankGaussian
+from bayespca.linalg import svd_covariance, svd_full, svd_gram
+from bayespca.pca import choose_solver
+
+__all__ = ["MLFit", "noise_floor", "ppca_closed_form"]
+
+_LOG_2PI = np.log(2.0 * np.pi)
+
+
+class MLFit(NamedTuple):
+    """A maximum-likelihood fit of the low-rank-plus-diagonal Gaussian.
+
+    Attributes
+    ----------
+    gaussian : LowRankGaussian
+        The fitted ``(W, psi, mu)``, NumPy arrays, ``W`` in canonical
+        orientation (:func:`bayespca.gaussian.canonical_loadings`).
+    log_likelihood : float
+        Total log-likelihood of the training data at ``gaussian``.
+    loglike_trace : ndarray of shape (n_evaluations,)
+        Log-likelihood at each iterate whose value was computed (one entry
+        for the closed form); non-decreasing.
+    n_iter : int
+        Number of EM updates (1 for the closed form: one eigendecomposition).
+    converged : bool
+    at_floor : ndarray of bool, shape (d,)
+        Features whose noise variance sits at the lower bound (a Heywood
+        case for factor analysis; all or none for pPCA).
+    """
+
+    gaussian: LowRankGaussian
+    log_likelihood: float
+    loglike_trace: np.ndarray
+    n_iter: int
+    converged: bool
+    at_floor: np.ndarray
+
+
+def noise_floor(variances: np.ndarray, relative: float) -> np.ndarray:
+    """Lower bound on each noise variance: ``relative * max(var_j, 1e-6 * mean(var))``.
+
+    Keeps ``psi_j`` (and the likelihood) finite where the ML value is 0: a
+    constant feature, duplicated features, or a Heywood case. The
+    ``1e-6 * mean(var)`` term gives constant features a positive bound on the
+    scale of the data (1 when every feature is constant).
+
+    Parameters
+    ----------
+    variances : ndarray of shape (d,)
+        Per-feature variances of the data.
+    relative : float
+        The bound as a fraction of each variance.
+
+    Examples
+    --------
+    >>> noise_floor(np.array([2.0, 0.0]), 1e-6)
+    array([2.e-06, 1.e-12])
+    """
+    scale = float(np.mean(variances))
+    if not scale > 0:
+        scale = 1.0
+    return relative * np.maximum(variances, 1e-6 * scale)
+
+
+def check_n_components(n_components, upper: int, what: str) -> int:
+    """Validate an integer number of components in ``[1, upper]``."""
+    accepted = f"an int in [1, {upper}] ({what})"
+    if isinstance(n_components, bool | np.bool_) or not isinstance(n_components, numbers.Integral):
+        raise TypeError(f"n_components must be {accepted}; got {n_components!r}.")
+    if not 1 <= n_components <= upper:
+        raise ValueError(f"n_components must be {accepted}; got {n_components}.")
+    return int(n_components)
+
+
+def ppca_closed_form(X: np.ndarray, n_components: int, *, floor: float = 1e-10) -> MLFit:
+    """Maximum-likelihood probabilistic PCA in closed form (complete data).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+        Complete data (no NaN).
+    n_components : int
+        ``k`` in ``[1, d]``. With ``k = d`` (or ``k >= rank``) the ML noise
+        variance is 0 and is held at the floor.
+    floor : float, default=1e-10
+        Lower bound on ``sigma^2`` relative to the mean feature variance
+        (:func:`noise_floor`).
+
+    Returns
+    -------
+    MLFit
+        ``W`` has orthogonal columns of decreasing norm; ``at_floor`` is True
+        everywhere when ``sigma^2`` was raised to the floor.
+
+    Notes
+    -----
+    With ``c_j = max(lambda_j, sigma^2)`` the log-likelihood is evaluated as
+
+        -n/2 [d log 2pi + sum_{j<=k} log c_j + (d-k) log sigma^2
+              + sum_{j<=k} lambda_j / c_j + (tr S - sum_{j<=k} lambda_j) / sigma^2],
+
+    which is ``L*`` above unless the floor is active.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((500, 2)) @ [[3.0, 0, 0, 0], [0, 2.0, 0, 0]]
+    >>> X = X + 0.5 * rng.standard_normal((500, 4))
+    >>> fit = ppca_closed_form(X, 2)
+    >>> round(float(fit.gaussian.noise[0]), 3)  # the data have noise variance 0.25
+    0.264
+    """
+    n, d = X.shape
+    k = check_n_components(n_components, d, "n_features")
+    mean = X.mean(axis=0)
+    rank_max = min(n, d)
+    r = min(k, rank_max)
+    solver = choose_solver(n, d, None)
+    if solver == "full":
+        svd = svd_full(X, mean)
+    elif solver == "gram":
+        svd = svd_gram(X, mean, r)
+    else:
+        svd = svd_covariance(X, mean, r)
+    lam = np.zeros(k)
+    lam[:r] = svd.singular_values[:r] ** 2 / n
+    total = svd.total_ss / n
+    bound = float(noise_floor(np.array([total / d]), floor)[0])
+    residual = total - lam.sum()  # sum of the discarded eigenvalues
+    if k == d or residual <= 8 * d * np.finfo(float).eps * total:
+        residual = 0.0  # rounding noise, which would be divided by a floored sigma^2
+    sigma2 = residual / (d - k) if k < d else 0.0
+    at_floor = not sigma2 > bound
+    sigma2 = max(sigma2, bound)
+    c = np.maximum(lam, sigma2)
+    axes = np.zeros((d, k))
+    axes[:, :r] = svd.components[:r].T
+    loadings = axes * np.sqrt(c - sigma2)
+    loglike = -0.5 * n * (
+        d * _LOG_2PI
+        + np.sum(np.log(c))
+        + (d - k) * np.log(sigma2)
+        + np.sum(lam / c)
+        + residual / sigma2
+    )
+    if at_floor:
+        warnings.warn(
+            f"The ML noise variance is 0 (n_components = {k} >= rank of the centred data); "
+            f"sigma^2 is held at its lower bound {sigma2:.3g} "
+            f"({floor:g} x mean feature variance).",
+            UserWarning,
+            stacklevel=2,
+        )
+    g = LowRankGaussian(loadings, np.full(d, sigma2), mean)
+    return MLFit(g, float(loglike), np.array([loglike]), 1, True, np.full(d, at_floor))

@@ -1,0 +1,590 @@
+"""Probabilistic PCA and factor analysis estimators (maximum likelihood).
+
+Both fit the low-rank-plus-diagonal Gaussian ``x ~ N(mu, W W^T + Psi)``
+(:mod:`bayespca.gaussian`) and answer every question from it: posterior of
+the latent factors, marginal log-likelihood, covariance and precision,
+sampling, and imputation of missing entries (NaN). They differ in ``Psi``:
+``sigma^2 I`` for :class:`PPCA`, ``diag(psi)`` for :class:`FactorAnalysis`.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import jax
+import numpy as np
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+
+from bayespca import gaussian
+from bayespca.data import as_float_matrix, check_is_fitted, validate_fit, validate_transform
+from bayespca.gaussian import LatentPosterior, LowRankGaussian
+
+__all__ = ["FactorAnalysis", "PPCA"]
+
+ROTATIONS = ("varimax", "quartimax", "promax", "oblimin")
+
+
+def _jax_key(random_state) -> jax.Array:
+    """A JAX key from an int, a NumPy Generator, or None (fresh entropy)."""
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        return jax.random.key(int(random_state))
+    if random_state is None or isinstance(random_state, np.random.Generator):
+        seed = np.random.default_rng(random_state).integers(2**63)
+        return jax.random.key(int(seed))
+    raise TypeError(
+        f"random_state must be None, an int or a numpy.random.Generator; got {random_state!r}."
+    )
+
+
+class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """What PPCA and FactorAnalysis share: everything that follows from ``gaussian_``."""
+
+    _noise = "isotropic"
+    _methods: tuple[str, ...] = ()
+
+    # -------------------------------------------------------------- fitting
+    def _check_common(self, n: int, d: int, missing) -> tuple[int, str]:
+        name = type(self).__name__
+        if self.method not in self._methods:
+            raise ValueError(
+                f"method must be one of {list(self._methods)}; got {self.method!r}."
+                + (" NUTS arrives in a later release." if self.method == "nuts" else "")
+            )
+        method = self.method
+        if method == "auto":
+            method = self._auto_method(missing)
+        if method == "closed_form" and missing is not None:
+            raise ValueError(
+                "method='closed_form' needs complete data, but X has "
+                f"{int(missing.sum())} missing (NaN) entries; use method='em' or 'svi'."
+            )
+        upper = self._max_components(d, method)
+        k = self.n_components
+        if k is None:
+            k = max(1, min(min(n - 1, d) - 1, upper))
+        accepted = f"None or an int in [1, {upper}] (n_features = {d})"
+        if isinstance(k, bool | np.bool_) or not isinstance(k, numbers.Integral):
+            raise TypeError(f"n_components must be {accepted}; got {k!r}.")
+        if not 1 <= k <= upper:
+            raise ValueError(f"{name}: n_components must be {accepted}; got {k}.")
+        for param in ("tol", "learning_rate"):
+            value = getattr(self, param)
+            if value is not None and not (
+                isinstance(value, numbers.Real) and not isinstance(value, bool) and value >= 0
+            ):
+                raise ValueError(f"{param} must be None or a float >= 0; got {value!r}.")
+        if self.max_iter is not None and (
+            isinstance(self.max_iter, bool)
+            or not isinstance(self.max_iter, numbers.Integral)
+            or self.max_iter < 1
+        ):
+            raise ValueError(f"max_iter must be None or an int >= 1; got {self.max_iter!r}.")
+        if not (isinstance(self.noise_floor, numbers.Real) and self.noise_floor > 0):
+            raise ValueError(f"noise_floor must be a float > 0; got {self.noise_floor!r}.")
+        return int(k), method
+
+    def _fit_gaussian(self, X, y=None):
+        X, missing = validate_fit(self, X, allow_nan=True)
+        n, d = X.shape
+        k, method = self._check_common(n, d, missing)
+        options = {}
+        if self.tol is not None:
+            options["tol"] = float(self.tol)
+        if method == "closed_form":
+            from bayespca.inference.closed_form import ppca_closed_form
+
+            fit = ppca_closed_form(X, k, floor=self.noise_floor)
+            g, ll, trace, n_iter, converged = fit[:5]
+            at_floor = fit.at_floor
+        elif method == "em":
+            from bayespca.inference.em import fit_em
+
+            if self.max_iter is not None:
+                options["max_iter"] = int(self.max_iter)
+            fit = fit_em(X, k, noise=self._noise, floor=self.noise_floor, **options)
+            g, ll, trace, n_iter, converged = fit[:5]
+            at_floor = fit.at_floor
+        else:
+            from bayespca.inference.svi import fit_svi
+
+            if self.max_iter is not None:
+                options["num_steps"] = int(self.max_iter)
+            if self.learning_rate is not None:
+                options["learning_rate"] = float(self.learning_rate)
+            result = fit_svi(
+                X, k, noise=self._noise, guide=self.guide, batch_size=self.batch_size,
+                random_state=self.random_state, progress_bar=self.progress_bar, **options,
+            )
+            g = gaussian.canonical_loadings(result.gaussian)
+            observed = None if missing is None else ~missing
+            ll = float(np.sum(gaussian.log_prob(g, np.nan_to_num(X), observed)))
+            trace, n_iter, converged = np.array([ll]), int(result.n_steps), bool(result.converged)
+            at_floor = np.zeros(d, dtype=bool)
+            self.svi_losses_ = np.asarray(result.losses)
+        self.gaussian_ = LowRankGaussian(
+            np.asarray(g.loadings), np.asarray(g.noise), np.asarray(g.mean)
+        )
+        self.mean_ = self.gaussian_.mean
+        self.n_components_ = k
+        self.method_ = method
+        self.log_likelihood_ = float(ll)
+        self.loglike_trace_ = np.asarray(trace)
+        self.n_iter_ = int(n_iter)
+        self.converged_ = bool(converged)
+        return np.asarray(at_floor)
+
+    def _max_components(self, d: int, method: str) -> int:
+        return d
+
+    # ------------------------------------------------- rotation of the factors
+    def _rotation(self) -> np.ndarray | None:
+        """``R`` with ``loadings_ = W R`` (None when the factors are not rotated)."""
+        return None
+
+    def _rotate_posterior(self, post: LatentPosterior) -> LatentPosterior:
+        r = self._rotation()
+        mean, cov = np.asarray(post.mean), np.asarray(post.covariance)
+        if r is None:
+            return LatentPosterior(mean, cov)
+        # z_rot = R^{-1} z, so E[z_rot] = R^{-1} E[z] and Cov[z_rot] = R^{-1} Cov[z] R^{-T}.
+        r_inv = np.linalg.inv(r)
+        return LatentPosterior(mean @ r_inv.T, r_inv @ cov @ r_inv.T)
+
+    # ---------------------------------------------------------- inference
+    def latent_posterior(self, X) -> LatentPosterior:
+        """Posterior ``N(mean_i, cov_i)`` of the latent factors of each row of ``X``.
+
+        ``mean_i = M^{-1} W^T Psi^{-1} (x_i - mu)`` and ``cov = M^{-1}``, with
+        ``M = I + W^T Psi^{-1} W``. A row with missing entries (NaN) conditions
+        on its observed entries only (``W_O``, ``Psi_O``), so its covariance is
+        its own. For rotated factors these are the moments of ``R^{-1} z``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            NaN marks a missing entry.
+
+        Returns
+        -------
+        LatentPosterior
+            ``mean`` of shape (n_samples, n_components); ``covariance`` of
+            shape (n_components, n_components) when nothing is missing,
+            else (n_samples, n_components, n_components).
+        """
+        check_is_fitted(self, "gaussian_")
+        X, missing = validate_transform(self, X, allow_nan=True)
+        if missing is None:
+            post = gaussian.latent_posterior(self.gaussian_, X)
+        else:
+            post = gaussian.latent_posterior(self.gaussian_, np.nan_to_num(X), ~missing)
+        return self._rotate_posterior(post)
+
+    def transform(self, X):
+        """Posterior mean of the latent factors, ``E[z | x]``, shape (n_samples, n_components).
+
+        Rows with missing entries (NaN) use their observed entries only.
+        """
+        return self.latent_posterior(X).mean
+
+    def inverse_transform(self, X):
+        """Mean of ``x`` given factor values, ``W z + mu``, shape (n_samples, n_features)."""
+        check_is_fitted(self, "gaussian_")
+        Z = as_float_matrix(X, name="X")
+        if Z.shape[1] != self.n_components_:
+            raise ValueError(
+                f"X has {Z.shape[1]} columns, but inverse_transform expects n_components_ = "
+                f"{self.n_components_} factor columns."
+            )
+        return Z @ self.components_ + self.mean_
+
+    def sample(self, n_samples=1, random_state=None):
+        """Draw new data from the fitted model, shape (n_samples, n_features).
+
+        Parameters
+        ----------
+        n_samples : int, default=1
+        random_state : int, numpy Generator or None
+            Seed of the JAX key (None: fresh entropy).
+        """
+        check_is_fitted(self, "gaussian_")
+        if (
+            isinstance(n_samples, bool)
+            or not isinstance(n_samples, numbers.Integral)
+            or n_samples < 1
+        ):
+            raise ValueError(f"n_samples must be an int >= 1; got {n_samples!r}.")
+        key = _jax_key(random_state)
+        return np.asarray(gaussian.sample(self.gaussian_, key, int(n_samples)))
+
+    def score_samples(self, X):
+        """Marginal log-likelihood ``log N(x_i | mu, W W^T + Psi)`` per row, shape (n_samples,).
+
+        A row with missing entries gets the density of its observed entries.
+        """
+        check_is_fitted(self, "gaussian_")
+        X, missing = validate_transform(self, X, allow_nan=True)
+        if missing is None:
+            return np.asarray(gaussian.log_prob(self.gaussian_, X))
+        return np.asarray(gaussian.log_prob(self.gaussian_, np.nan_to_num(X), ~missing))
+
+    def score(self, X, y=None):
+        """Mean marginal log-likelihood of the rows of ``X``."""
+        return float(np.mean(self.score_samples(X)))
+
+    def get_covariance(self):
+        """Model covariance ``W W^T + Psi``, shape (n_features, n_features).
+
+        Rotations leave it unchanged (``L_rot Phi L_rot^T = W W^T``).
+        """
+        check_is_fitted(self, "gaussian_")
+        return np.asarray(gaussian.covariance(self.gaussian_))
+
+    def get_precision(self):
+        """Inverse model covariance by the Woodbury identity, shape (n_features, n_features)."""
+        check_is_fitted(self, "gaussian_")
+        return np.asarray(gaussian.precision(self.gaussian_))
+
+    def impute(self, X, return_variance=False):
+        """Replace missing entries (NaN) by their conditional mean given the observed ones.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        return_variance : bool, default=False
+            Also return the conditional variance of each entry (0 where observed).
+
+        Returns
+        -------
+        X_imputed : ndarray of shape (n_samples, n_features)
+        variance : ndarray of shape (n_samples, n_features)
+            Only when ``return_variance`` is True.
+        """
+        check_is_fitted(self, "gaussian_")
+        X, missing = validate_transform(self, X, allow_nan=True)
+        if missing is None:
+            filled, var = X.copy(), np.zeros_like(X)
+        else:
+            cond = gaussian.conditional_missing(self.gaussian_, np.nan_to_num(X), ~missing)
+            filled, var = np.asarray(cond.mean), np.asarray(cond.variance)
+        return (filled, var) if return_variance else filled
+
+    @property
+    def _n_features_out(self):
+        return self.n_components_
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        tags.transformer_tags.preserves_dtype = ["float64"]
+        return tags
+
+
+class PPCA(_LowRankGaussianModel):
+    """Probabilistic PCA by maximum likelihood, with missing values.
+
+    The model (Tipping & Bishop 1999) is
+
+        z ~ N(0, I_k),   x | z ~ N(W z + mu, sigma^2 I),   so  x ~ N(mu, W W^T + sigma^2 I).
+
+    Parameters
+    ----------
+    n_components : int or None, default=None
+        ``k`` in ``[1, n_features]``. None: ``min(n_samples - 1, n_features) - 1``
+        (at least 1), the largest ``k`` that leaves a positive noise variance
+        for data in general position.
+    method : {"auto", "closed_form", "em", "svi"}, default="auto"
+        ``"closed_form"``: eigendecomposition, exact ML with the true
+        denominator ``n`` (:func:`bayespca.inference.closed_form.ppca_closed_form`);
+        ``"em"``: EM, exact with missing values
+        (:func:`bayespca.inference.em.fit_em`); ``"svi"``: NumPyro SVI on the
+        marginal model (:func:`bayespca.inference.svi.fit_svi`; MAP with
+        ``guide="delta"``, so its priors shift the answer slightly);
+        ``"auto"``: closed form for complete data, EM when X has NaN.
+    tol : float or None, default=None
+        Convergence tolerance of EM (relative log-likelihood gain still to
+        come; default 1e-10, or 1e-8 with missing values) or SVI; None: the
+        method's default.
+    max_iter : int or None, default=None
+        Maximum EM updates or SVI steps; None: the method's default.
+    noise_floor : float, default=1e-10
+        Lower bound on ``sigma^2`` as a fraction of the mean feature variance:
+        with ``k >= rank`` (or ``n <= k + 1``) the ML ``sigma^2`` is 0.
+    guide : {"delta", "normal", "lowrank"}, default="delta"
+        SVI guide.
+    learning_rate : float or None, default=None
+        SVI step size; None: SVI's default.
+    batch_size : int or None, default=None
+        SVI minibatch size (None: full batch).
+    random_state : int, numpy Generator or None, default=None
+        SVI seed.
+    progress_bar : bool, default=False
+        SVI progress bar.
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (n_components_, n_features)
+        ``W^T``: orthogonal rows of decreasing norm (the principal axes
+        scaled by ``sqrt(lambda_j - sigma^2)``), each with its
+        largest-magnitude entry positive. Closed form, EM and SVI give the
+        same rows, not only the same ``W W^T``.
+    loadings_ : ndarray of shape (n_features, n_components_)
+        ``W``.
+    noise_variance_ : float
+        ``sigma^2``.
+    mean_ : ndarray of shape (n_features,)
+    n_components_ : int
+    gaussian_ : LowRankGaussian
+        ``(W, sigma^2 1, mu)``, the fitted distribution.
+    log_likelihood_ : float
+        Total log-likelihood of the training data (observed entries).
+    loglike_trace_ : ndarray
+        Log-likelihood after each EM cycle (non-decreasing); one entry for
+        the closed form and SVI.
+    n_iter_ : int
+        EM updates or SVI steps (1 for the closed form).
+    converged_ : bool
+    method_ : str
+        The method that ran.
+    svi_losses_ : ndarray
+        Only for ``method="svi"``: the SVI loss (negative ELBO) per step.
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when fitted on a DataFrame with string column names.
+
+    Notes
+    -----
+    scikit-learn's ``PCA.score`` uses the same Gaussian with ``n - 1``
+    eigenvalues; this class maximises the likelihood (denominator ``n``), so
+    its ``log_likelihood_`` is the larger. Scores of rows with missing
+    entries are the densities of their observed entries (data missing at
+    random).
+
+    References
+    ----------
+    M. E. Tipping, C. M. Bishop (1999). Probabilistic principal component
+    analysis. J. R. Stat. Soc. B 61(3), 611-622.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> X = load_iris().data
+    >>> ppca = PPCA(n_components=2).fit(X)
+    >>> round(ppca.noise_variance_, 6), round(ppca.score(X), 6)
+    (0.050682, -2.699752)
+    >>> X[0, 1] = np.nan
+    >>> PPCA(2).fit(X).impute(X[:1]).round(2)
+    array([[5.1 , 3.44, 1.4 , 0.2 ]])
+    """
+
+    _noise = "isotropic"
+    _methods = ("auto", "closed_form", "em", "svi")
+
+    def __init__(
+        self,
+        n_components=None,
+        *,
+        method="auto",
+        tol=None,
+        max_iter=None,
+        noise_floor=1e-10,
+        guide="delta",
+        learning_rate=None,
+        batch_size=None,
+        random_state=None,
+        progress_bar=False,
+    ):
+        self.n_components = n_components
+        self.method = method
+        self.tol = tol
+        self.max_iter = max_iter
+        self.noise_floor = noise_floor
+        self.guide = guide
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.random_state = random_state
+        self.progress_bar = progress_bar
+
+    def _auto_method(self, missing) -> str:
+        return "closed_form" if missing is None else "em"
+
+    def fit(self, X, y=None):
+        """Fit the model by maximum likelihood.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            NaN marks a missing entry.
+        y : ignored
+
+        Returns
+        -------
+        self
+        """
+        self._fit_gaussian(X)
+        self.loadings_ = self.gaussian_.loadings
+        self.components_ = self.loadings_.T
+        self.noise_variance_ = float(np.mean(self.gaussian_.noise))
+        return self
+
+
+class FactorAnalysis(_LowRankGaussianModel):
+    """Factor analysis by maximum likelihood, with missing values and rotations.
+
+    The model is
+
+        z ~ N(0, I_k),   x | z ~ N(W z + mu, diag(psi)),   so  x ~ N(mu, W W^T + diag(psi)).
+
+    Parameters
+    ----------
+    n_components : int or None, default=None
+        Number of factors ``k`` in ``[1, n_features - 1]``. None:
+        ``min(n_samples - 1, n_features) - 1`` (at least 1). The model is
+        identified only when ``(d - k)^2 >= d + k``.
+    method : {"auto", "em", "svi"}, default="auto"
+        ``"em"``: EM (Rubin & Thayer) with SQUAREM acceleration, exact with
+        missing values (:func:`bayespca.inference.em.fit_em`); ``"svi"``:
+        NumPyro SVI (:func:`bayespca.inference.svi.fit_svi`); ``"auto"``: EM.
+    rotation : {None, "varimax", "quartimax", "promax", "oblimin"}, default=None
+        Rotation of the loadings (:func:`bayespca.rotations.rotate`, Kaiser
+        normalised). It changes ``loadings_``, ``components_`` and the factor
+        scores of ``transform``, never the likelihood or the covariance.
+    tol : float or None, default=None
+        Convergence tolerance (EM: relative log-likelihood gain still to
+        come, default 1e-10, or 1e-8 with missing values); None: the
+        method's default.
+    max_iter : int or None, default=None
+        Maximum EM updates or SVI steps; None: the method's default.
+    noise_floor : float, default=1e-6
+        Heywood guard: ``psi_j >= noise_floor * var_j``. Features that end at
+        the bound are listed in ``heywood_features_`` and warned about.
+    guide, learning_rate, batch_size, random_state, progress_bar
+        SVI options, as in :class:`PPCA`.
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (n_components_, n_features)
+        ``loadings_.T``.
+    loadings_ : ndarray of shape (n_features, n_components_)
+        Loadings, rotated when ``rotation`` is set. Unrotated, ``W^T Psi^{-1} W``
+        is diagonal and decreasing and each column's largest-magnitude entry
+        is positive (the orientation of R's ``factanal``).
+    noise_variance_ : ndarray of shape (n_features,)
+        Uniquenesses ``psi``.
+    mean_ : ndarray of shape (n_features,)
+    n_components_ : int
+    rotation_matrix_ : ndarray of shape (n_components_, n_components_)
+        ``R`` with ``loadings_ = W R`` (identity without rotation).
+    factor_correlation_ : ndarray of shape (n_components_, n_components_)
+        ``Phi = R^{-1} R^{-T}``, the correlation of the rotated factors
+        (identity for orthogonal rotations). Also available as ``Phi_``.
+    heywood_features_ : ndarray of int
+        Features whose ``psi_j`` ended at the floor.
+    gaussian_ : LowRankGaussian
+        The fitted distribution, with the unrotated ``W``.
+    log_likelihood_, loglike_trace_, n_iter_, converged_, method_,
+    n_features_in_, feature_names_in_
+        As in :class:`PPCA`.
+
+    References
+    ----------
+    D. B. Rubin, D. T. Thayer (1982). EM algorithms for ML factor analysis.
+    Psychometrika 47(1), 69-76.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((500, 2)) @ rng.standard_normal((2, 6))
+    >>> X += rng.standard_normal((500, 6)) * np.linspace(0.3, 1.0, 6)
+    >>> fa = FactorAnalysis(n_components=2).fit(X)
+    >>> fa.noise_variance_.round(2)
+    array([0.08, 0.2 , 0.31, 0.51, 0.67, 0.96])
+    >>> bool(np.allclose(np.diag(fa.get_covariance()), X.var(axis=0), rtol=1e-4))
+    True
+    """
+
+    _noise = "diagonal"
+    _methods = ("auto", "em", "svi")
+
+    def __init__(
+        self,
+        n_components=None,
+        *,
+        method="auto",
+        rotation=None,
+        tol=None,
+        max_iter=None,
+        noise_floor=1e-6,
+        guide="delta",
+        learning_rate=None,
+        batch_size=None,
+        random_state=None,
+        progress_bar=False,
+    ):
+        self.n_components = n_components
+        self.method = method
+        self.rotation = rotation
+        self.tol = tol
+        self.max_iter = max_iter
+        self.noise_floor = noise_floor
+        self.guide = guide
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.random_state = random_state
+        self.progress_bar = progress_bar
+
+    def _auto_method(self, missing) -> str:
+        return "em"
+
+    def _max_components(self, d: int, method: str) -> int:
+        if d < 2:
+            raise ValueError(
+                "FactorAnalysis needs at least 2 features (n_features = 1): one feature is "
+                "explained entirely by its own noise variance."
+            )
+        return d - 1
+
+    def fit(self, X, y=None):
+        """Fit the model by maximum likelihood, then rotate the loadings if asked.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            NaN marks a missing entry.
+        y : ignored
+
+        Returns
+        -------
+        self
+        """
+        if self.rotation is not None and self.rotation not in ROTATIONS:
+            raise ValueError(
+                f"rotation must be None or one of {list(ROTATIONS)}; got {self.rotation!r}."
+            )
+        at_floor = self._fit_gaussian(X)
+        w = self.gaussian_.loadings
+        k = w.shape[1]
+        if self.rotation is None:
+            loadings, r, phi = w, np.eye(k), np.eye(k)
+        else:
+            from bayespca.rotations import rotate
+
+            rot = rotate(w, self.rotation)
+            loadings, r, phi = (
+                np.asarray(a) for a in (rot.loadings, rot.matrix, rot.factor_correlation)
+            )
+        self.loadings_ = loadings
+        self.components_ = loadings.T
+        self.rotation_matrix_ = r
+        self.factor_correlation_ = phi
+        self.noise_variance_ = np.asarray(self.gaussian_.noise)
+        self.heywood_features_ = np.flatnonzero(at_floor)
+        return self
+
+    @property
+    def Phi_(self):  # noqa: N802 - the name statisticians use
+        """Correlation matrix of the rotated factors (alias of ``factor_correlation_``)."""
+        check_is_fitted(self, "factor_correlation_")
+        return self.factor_correlation_
+
+    def _rotation(self):
+        return self.rotation_matrix_

@@ -1,0 +1,130 @@
+"""The low-rank Gaussian core against dense NumPy/SciPy Gaussian algebra."""
+
+import jax
+import numpy as np
+import pytest
+from scipy.stats import multivariate_normal
+
+from bayespca import gaussian
+from bayespca.gaussian import LowRankGaussian
+
+
+def _model(d=7, k=3, seed=0):
+    rng = np.random.default_rng(seed)
+    return LowRankGaussian(
+        rng.standard_normal((d, k)), rng.uniform(0.2, 1.5, d), rng.standard_normal(d)
+    )
+
+
+def _dense_cov(g):
+    w = np.asarray(g.loadings)
+    return w @ w.T + np.diag(np.asarray(g.noise))
+
+
+def _data(g, n=40, seed=1):
+    rng = np.random.default_rng(seed)
+    return rng.multivariate_normal(np.asarray(g.mean) + 0.3, _dense_cov(g), size=n)
+
+
+def test_log_likelihood_from_stats_equals_rows_and_scipy():
+    g = _model()
+    X = _data(g)
+    xbar = X.mean(axis=0)
+    scatter = (X - xbar).T @ (X - xbar)
+    from_stats = float(gaussian.log_likelihood_from_stats(g, X.shape[0], xbar, scatter))
+    per_row = float(np.sum(gaussian.log_prob(g, X)))
+    ref = multivariate_normal(np.asarray(g.mean), _dense_cov(g)).logpdf(X).sum()
+    assert from_stats == pytest.approx(ref, rel=1e-10)
+    assert per_row == pytest.approx(ref, rel=1e-10)
+
+
+def test_masked_log_prob_all_observed_equals_complete():
+    g = _model()
+    X = _data(g)
+    full = np.asarray(gaussian.log_prob(g, X))
+    masked = np.asarray(gaussian.log_prob(g, X, np.ones(X.shape, dtype=bool)))
+    np.testing.assert_allclose(masked, full, rtol=1e-12)
+
+
+def test_latent_posterior_complete_matches_dense_conditioning():
+    # Joint of (z, x): Cov(z, x) = W^T, so E[z|x] = W^T C^{-1}(x - mu),
+    # Cov[z|x] = I - W^T C^{-1} W (standard Gaussian conditioning).
+    g = _model()
+    X = _data(g, n=5)
+    w, c = np.asarray(g.loadings), _dense_cov(g)
+    post = gaussian.latent_posterior(g, X)
+    ref_mean = np.linalg.solve(c, (X - np.asarray(g.mean)).T).T @ w
+    ref_cov = np.eye(w.shape[1]) - w.T @ np.linalg.solve(c, w)
+    np.testing.assert_allclose(post.mean, ref_mean, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(post.covariance, ref_cov, rtol=1e-10, atol=1e-12)
+
+
+def test_latent_posterior_masked_matches_dense_conditioning_on_observed_block():
+    g = _model()
+    X = _data(g, n=6)
+    rng = np.random.default_rng(3)
+    obs = rng.random(X.shape) > 0.35
+    obs[0] = True
+    obs[1] = False  # nothing observed: the prior
+    w, c, mu = np.asarray(g.loadings), _dense_cov(g), np.asarray(g.mean)
+    post = gaussian.latent_posterior(g, np.where(obs, X, np.nan), obs)
+    assert post.covariance.shape == (6, 3, 3)
+    for i in range(X.shape[0]):
+        o = obs[i]
+        wo = w[o]
+        gain = np.linalg.solve(c[np.ix_(o, o)], wo).T if o.any() else np.zeros((3, 0))
+        np.testing.assert_allclose(post.mean[i], gain @ (X[i, o] - mu[o]), atol=1e-10)
+        np.testing.assert_allclose(post.covariance[i], np.eye(3) - gain @ wo, atol=1e-10)
+
+
+def test_conditional_missing_matches_dense_conditioning():
+    g = _model()
+    X = _data(g, n=6)
+    rng = np.random.default_rng(4)
+    obs = rng.random(X.shape) > 0.4
+    obs[:, 0] = True
+    c, mu = _dense_cov(g), np.asarray(g.mean)
+    cond = gaussian.conditional_missing(g, np.where(obs, X, np.nan), obs)
+    for i in range(X.shape[0]):
+        o, m = obs[i], ~obs[i]
+        k_mo = c[np.ix_(m, o)]
+        ref_mean = mu[m] + k_mo @ np.linalg.solve(c[np.ix_(o, o)], X[i, o] - mu[o])
+        ref_var = np.diag(c[np.ix_(m, m)] - k_mo @ np.linalg.solve(c[np.ix_(o, o)], k_mo.T))
+        np.testing.assert_allclose(cond.mean[i, m], ref_mean, rtol=1e-10)
+        np.testing.assert_allclose(cond.variance[i, m], ref_var, rtol=1e-10)
+        np.testing.assert_array_equal(cond.mean[i, o], X[i, o])
+        np.testing.assert_array_equal(cond.variance[i, o], 0.0)
+
+
+def test_sample_moments_match_model():
+    g = _model(d=4, k=2)
+    x = np.asarray(gaussian.sample(g, jax.random.key(0), 200_000))
+    # Standard errors of the sample mean and covariance at n = 2e5 are ~0.3%.
+    np.testing.assert_allclose(x.mean(axis=0), g.mean, atol=0.02)
+    np.testing.assert_allclose(np.cov(x.T), _dense_cov(g), atol=0.05 * _dense_cov(g).max())
+    first = np.asarray(gaussian.sample(g, jax.random.key(7), 10))
+    np.testing.assert_array_equal(first, np.asarray(gaussian.sample(g, jax.random.key(7), 10)))
+    assert not np.allclose(first, np.asarray(gaussian.sample(g, jax.random.key(8), 10)))
+
+
+def test_precision_times_covariance_is_identity():
+    g = _model()
+    np.testing.assert_allclose(
+        np.asarray(gaussian.precision(g)) @ _dense_cov(g), np.eye(7), atol=1e-10
+    )
+
+
+def test_canonical_loadings_removes_rotation():
+    g = _model()
+    q, _ = np.linalg.qr(np.random.default_rng(5).standard_normal((3, 3)))
+    rotated = LowRankGaussian(np.asarray(g.loadings) @ q, g.noise, g.mean)
+    a = gaussian.canonical_loadings(g)
+    b = gaussian.canonical_loadings(rotated)
+    np.testing.assert_allclose(a.loadings, b.loadings, atol=1e-10)
+    np.testing.assert_allclose(_dense_cov(a), _dense_cov(g), atol=1e-10)
+    # W^T Psi^{-1} W is diagonal with decreasing entries; largest |entry| positive.
+    gram = a.loadings.T @ (a.loadings / np.asarray(a.noise)[:, None])
+    np.testing.assert_allclose(gram, np.diag(np.diag(gram)), atol=1e-10)
+    assert np.all(np.diff(np.diag(gram)) <= 0)
+    idx = np.argmax(np.abs(a.loadings), axis=0)
+    assert np.all(a.loadings[idx, np.arange(3)] > 0)

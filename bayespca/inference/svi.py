@@ -1,0 +1,545 @@
+"""Stochastic variational inference for pPCA and factor analysis.
+
+:func:`fit_svi` fits the *marginal* model of :mod:`bayespca.models`
+(z integrated out) with NumPyro's SVI and one of three guides:
+
+* ``"delta"`` (``AutoDelta``): a point, the MAP; with ``priors="flat"`` the
+  maximum-likelihood estimate;
+* ``"normal"`` (``AutoNormal``): an independent Normal per parameter, in
+  the unconstrained space;
+* ``"lowrank"`` (``AutoLowRankMultivariateNormal``): a Normal with
+  low-rank-plus-diagonal covariance over all parameters.
+
+Three choices make it converge in a few hundred steps rather than tens of
+thousands:
+
+1. *Standardised coordinates.* The optimiser works on
+   ``(X - m) / s`` (``m`` the column means, ``s`` the root mean column
+   variance), with the priors carried over exactly by the affine change of
+   variables, so one learning rate suits every data set. Results are mapped
+   back to data units.
+2. *Data initialisation.* ``W`` starts at the top-k principal directions of
+   the centred data (missing entries filled with column means), scaled as in
+   the closed-form pPCA solution; the noise at the mean discarded eigenvalue
+   (pPCA) or the unexplained variance per feature (FA); ``mu`` at the column
+   means. For complete-data pPCA this *is* the maximum-likelihood point.
+3. *Adam with an exponentially decaying step*, ``lr_t = lr * 1e-3^(t / num_steps)``:
+   a constant Adam step never settles on a deterministic objective (it
+   oscillates at the scale of the step), which is what stalls a naive SVI
+   fit about 1e-4 short of the optimum.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections import OrderedDict
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from numpyro.distributions import constraints
+from numpyro.distributions.transforms import AffineTransform
+from numpyro.infer import SVI, Trace_ELBO
+from numpyro.infer.autoguide import AutoDelta, AutoLowRankMultivariateNormal, AutoNormal
+from numpyro.infer.initialization import init_to_value
+from sklearn.utils import check_random_state
+from threadpoolctl import threadpool_limits
+
+from bayespca.data import as_float_matrix
+from bayespca.gaussian import LowRankGaussian
+from bayespca.models import (
+    Priors,
+    _as_site_distribution,
+    _resolve_priors,
+    factor_analysis,
+    ppca,
+)
+
+__all__ = ["SVIFit", "fit_svi"]
+
+_GUIDES = {
+    "delta": AutoDelta,
+    "normal": AutoNormal,
+    "lowrank": AutoLowRankMultivariateNormal,
+}
+_MODELS = {"isotropic": ppca, "diagonal": factor_analysis}
+_NOISE_SITE = {"isotropic": "sigma", "diagonal": "psi"}
+# Final step size as a fraction of the first.
+_LR_DECAY = 1e-3
+# Steps per compiled chunk: the convergence test and progress bar run between chunks.
+_CHUNK = 100
+# Chunks per convergence window for a stochastic objective (guide draws or
+# minibatches): the drift over a window grows with its length faster than the
+# Monte Carlo error of its mean, so longer windows make the test stricter.
+_STOCHASTIC_WINDOW = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class SVIFit:
+    """Result of :func:`fit_svi`.
+
+    Attributes
+    ----------
+    gaussian : LowRankGaussian
+        Point estimate ``(W, psi, mu)`` in data units, NumPy float64: the
+        MAP (the guide's point) for ``guide="delta"``; for ``"normal"`` and
+        ``"lowrank"`` the guide's marginal *medians* (the Normal means in
+        the unconstrained space, mapped through the positivity transform for
+        the noise).
+    losses : ndarray of shape (n_steps,)
+        Negative ELBO at each step, in data units (the standardisation's
+        constant is added back). For ``"delta"`` it is
+        ``-log p(X, theta)`` at the current point (up to the constant of
+        improper priors); with minibatches, an unbiased estimate.
+    n_steps : int
+        Optimisation steps taken.
+    converged : bool
+        Whether the convergence test passed before ``num_steps``.
+    guide : numpyro AutoGuide
+        The fitted guide (in standardised coordinates).
+    params : dict
+        The guide's parameters (standardised coordinates).
+    noise : {"isotropic", "diagonal"}
+    shift, scale : ndarray of shape (d,), float
+        Standardisation: data = shift + scale * standardised.
+    """
+
+    gaussian: LowRankGaussian
+    losses: np.ndarray
+    n_steps: int
+    converged: bool
+    guide: Any
+    params: dict
+    noise: str
+    shift: np.ndarray
+    scale: float
+
+    def sample_posterior(self, num_samples: int, random_state: Any = None) -> LowRankGaussian:
+        """Draw ``(W, psi, mu)`` from the fitted guide, in data units.
+
+        Parameters
+        ----------
+        num_samples : int
+        random_state : None, int or numpy RandomState
+
+        Returns
+        -------
+        LowRankGaussian
+            Arrays with a leading axis of length ``num_samples``:
+            loadings (S, d, k), noise (S, d), mean (S, d). For the delta guide
+            all draws equal the point estimate.
+        """
+        if (
+            isinstance(num_samples, bool)
+            or not isinstance(num_samples, int | np.integer)
+            or (num_samples < 1)
+        ):
+            raise ValueError(f"num_samples must be a positive int; got {num_samples!r}.")
+        key = _key(random_state)
+        draws = self.guide.sample_posterior(key, self.params, sample_shape=(int(num_samples),))
+        return _to_data_units(draws, self.noise, self.shift, self.scale)
+
+
+def _random_state(random_state: Any) -> np.random.RandomState:
+    try:
+        return check_random_state(random_state)
+    except ValueError:
+        raise ValueError(
+            f"random_state must be None, an int or a numpy RandomState; got {random_state!r}."
+        ) from None
+
+
+def _key(random_state: Any) -> jax.Array:
+    return jax.random.key(_random_state(random_state).randint(np.iinfo(np.int32).max))
+
+
+def _to_data_units(values: dict, noise: str, shift: np.ndarray, scale: float) -> LowRankGaussian:
+    """Map standardised ``W``, noise and ``mu`` (any leading batch axes) to data units."""
+    W = np.asarray(values["W"], dtype=np.float64) * scale
+    mu = shift + scale * np.asarray(values["mu"], dtype=np.float64)
+    if noise == "isotropic":
+        sigma = np.asarray(values["sigma"], dtype=np.float64)
+        psi = np.broadcast_to((scale * sigma)[..., None] ** 2, mu.shape).copy()
+    else:
+        psi = np.asarray(values["psi"], dtype=np.float64) * scale**2
+    return LowRankGaussian(W, psi, mu)
+
+
+def _standardised_priors(
+    priors: Priors, noise: str, shift: np.ndarray, scale: float, d: int, k: int
+) -> tuple[Priors, float]:
+    """The same priors expressed on standardised parameters.
+
+    If ``theta ~ p`` in data units, the standardised ``(theta - a) / b`` has
+    the pushforward density; ``TransformedDistribution`` carries the Jacobian.
+    Flat (improper) priors stay flat. Also returns the log-Jacobian, in
+    units of ``log(scale)``, of the parameters whose prior was transformed:
+    the standardised log prior density exceeds the original by that much.
+    """
+    jacobian = 0.0
+
+    def push(prior, shape, field, loc, power, domain=constraints.real):
+        nonlocal jacobian
+        site = _as_site_distribution(prior, shape, field)
+        if isinstance(prior, dist.ImproperUniform):
+            return site
+        jacobian += power * math.prod(shape)
+        transform = AffineTransform(loc, scale ** (-power), domain=domain)
+        return dist.TransformedDistribution(site, transform)
+
+    # sigma is a standard deviation (scales as x); psi is a variance (as x^2).
+    noise_shape, noise_power = ((), 1) if noise == "isotropic" else ((d,), 2)
+    std = Priors(
+        push(priors.loadings, (d, k), "loadings", 0.0, 1),
+        push(priors.noise, noise_shape, "noise", 0.0, noise_power, constraints.positive),
+        push(priors.mean, (d,), "mean", -shift / scale, 1),
+    )
+    return std, jacobian
+
+
+def _initial_values(Xs: np.ndarray, observed: np.ndarray | None, k: int, noise: str) -> dict:
+    """Closed-form pPCA of the (column-mean filled) standardised data.
+
+    ``W = V_k (Lambda_k - sigma^2)^{1/2}``, ``sigma^2`` the mean discarded
+    eigenvalue of the 1/n covariance; for FA, ``psi_j`` is the variance of
+    feature ``j`` left unexplained by ``W``. Filling missing entries with
+    the mean shrinks the variances, so floors keep the noise positive.
+    """
+    n, d = Xs.shape
+    filled = Xs if observed is None else np.where(observed, Xs, 0.0)
+    _, sv, vt = np.linalg.svd(filled, full_matrices=False)
+    eig = np.zeros(d)
+    eig[: sv.size] = sv**2 / n
+    floor = 1e-3 * max(eig.mean(), 1e-12)
+    sigma2 = max(eig[k:].mean(), floor) if k < d else floor
+    W = vt[:k].T * np.sqrt(np.maximum(eig[:k] - sigma2, floor))
+    values = {"W": W, "mu": np.zeros(d)}
+    if noise == "isotropic":
+        values["sigma"] = np.sqrt(sigma2)
+    else:
+        values["psi"] = np.maximum(filled.var(axis=0) - np.sum(W**2, axis=1), floor)
+    return values
+
+
+def _check_choice(value: Any, name: str, accepted) -> None:
+    if not isinstance(value, str) or value not in accepted:
+        raise ValueError(f"{name} must be one of {tuple(accepted)}; got {value!r}.")
+
+
+def _check_number(value: Any, name: str, *, integer: bool = False, allow_none: bool = False):
+    if value is None and allow_none:
+        return None
+    kind = int | np.integer if integer else int | float | np.integer | np.floating
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kind)
+        or not value > 0
+        or (not integer and not math.isfinite(value))
+    ):
+        what = "a positive int" if integer else "a positive finite number"
+        raise ValueError(
+            f"{name} must be {what}{' or None' if allow_none else ''}; got {value!r}."
+        )
+    return int(value) if integer else float(value)
+
+
+def _converged(previous: np.ndarray, current: np.ndarray, tol: float) -> bool:
+    """Whether the mean loss stopped changing between two windows of steps.
+
+    Passes when the change of the window means is below ``tol`` relative to
+    the loss, or below twice its Monte Carlo standard error (a stochastic
+    ELBO stops improving visibly long before its relative change is tiny).
+    The step-to-step noise variance is estimated from successive
+    differences, which a steady downward trend barely affects.
+    """
+    change = abs(current.mean() - previous.mean())
+    noise_var = 0.5 * np.mean(np.diff(np.concatenate([previous, current])) ** 2)
+    stderr = math.sqrt(noise_var * (1.0 / previous.size + 1.0 / current.size))
+    return bool(change <= tol * abs(current.mean()) or change <= 2.0 * stderr)
+
+
+def fit_svi(
+    X: Any,
+    n_components: int,
+    *,
+    noise: str = "isotropic",
+    guide: str = "delta",
+    num_steps: int = 5000,
+    learning_rate: float = 0.05,
+    batch_size: int | None = None,
+    tol: float = 1e-7,
+    random_state: Any = None,
+    progress_bar: bool = False,
+    priors: Any = None,
+    init: str = "svd",
+) -> SVIFit:
+    """Fit pPCA or factor analysis by stochastic variational inference.
+
+    Maximises the ELBO of the marginal model ``x_i ~ N(mu, W W^T + Psi)``
+    (:func:`bayespca.models.ppca` or :func:`~bayespca.models.factor_analysis`)
+    over the guide's parameters with Adam, whose step decays exponentially
+    from ``learning_rate`` to ``1e-3 * learning_rate`` over ``num_steps``.
+    The optimiser works in standardised coordinates (see the module
+    docstring); every argument and result is in data units.
+
+    Parameters
+    ----------
+    X : array-like of shape (n, d)
+        Data; NaN marks a missing entry (missing at random): each row then
+        contributes the density of its observed entries.
+    n_components : int
+        k, with ``1 <= k < d``.
+    noise : {"isotropic", "diagonal"}, default="isotropic"
+        pPCA (``Psi = sigma^2 I``) or factor analysis (``Psi = diag(psi)``).
+    guide : {"delta", "normal", "lowrank"}, default="delta"
+        ``AutoDelta`` (MAP point), ``AutoNormal`` or
+        ``AutoLowRankMultivariateNormal``.
+    num_steps : int, default=5000
+        Maximum number of steps.
+    learning_rate : float, default=0.05
+        Initial Adam step, in standardised units.
+    batch_size : int, optional
+        Rows per step (subsampled in the plate ``"obs"``, likelihood scaled
+        by ``n / batch_size``); None uses all rows.
+    tol : float, default=1e-7
+        Convergence: the mean loss of the last 100 steps changed by less than
+        ``tol`` relative to the previous 100, or by less than twice its
+        Monte Carlo standard error, twice in a row.
+    random_state : None, int or numpy RandomState
+        Seeds the guide's draws, the minibatches and ``init="random"``.
+    progress_bar : bool, default=False
+        Show a tqdm progress bar with the current loss.
+    priors : None, "flat", Priors or dict
+        As in :func:`bayespca.models.ppca`: None for the scale-aware
+        defaults, ``"flat"`` for improper flat priors (then the delta guide
+        gives the maximum-likelihood estimate).
+    init : {"svd", "random"}, default="svd"
+        Start from the closed-form pPCA of the mean-filled data, or from
+        small random loadings (to study the optimiser).
+
+    Returns
+    -------
+    SVIFit
+
+    Raises
+    ------
+    ValueError
+        Bad arguments (named), or a non-finite loss.
+
+    Notes
+    -----
+    MAP under the default priors is not the maximum-likelihood point: the
+    priors pull ``W`` towards 0 by an amount of relative order ``1/n``, which
+    lowers the log-likelihood by O(number of parameters / n) nats; use
+    ``priors="flat"`` to fit the likelihood exactly.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(200, 2)) @ rng.normal(size=(2, 5)) + 0.3 * rng.normal(size=(200, 5))
+    >>> fit = fit_svi(X, 2, priors="flat", random_state=0)
+    >>> evals = np.linalg.eigvalsh(np.cov(X.T, bias=True))
+    >>> bool(np.isclose(fit.gaussian.noise[0], evals[:3].mean(), rtol=1e-6))
+    True
+    """
+    arr = as_float_matrix(X, name="X", allow_nan=True)
+    n, d = arr.shape
+    k = _check_number(n_components, "n_components", integer=True)
+    if k >= d:
+        raise ValueError(f"n_components must be between 1 and n_features - 1 = {d - 1}; got {k}.")
+    _check_choice(noise, "noise", _MODELS)
+    _check_choice(guide, "guide", _GUIDES)
+    _check_choice(init, "init", ("svd", "random"))
+    num_steps = _check_number(num_steps, "num_steps", integer=True)
+    learning_rate = _check_number(learning_rate, "learning_rate")
+    tol = _check_number(tol, "tol")
+    batch_size = _check_number(batch_size, "batch_size", integer=True, allow_none=True)
+    if batch_size is not None and batch_size > n:
+        raise ValueError(f"batch_size must be at most n_samples = {n}; got {batch_size}.")
+    if batch_size == n:
+        batch_size = None
+
+    nan = np.isnan(arr)
+    has_missing = bool(nan.any())
+    observed = ~nan if has_missing else None
+    if has_missing and nan.all(axis=0).any():
+        raise ValueError(
+            "X has features with no observed value (column indices "
+            f"{np.flatnonzero(nan.all(axis=0))[:10].tolist()}); drop them."
+        )
+    shift = np.nanmean(arr, axis=0)
+    scale = float(np.sqrt(np.mean(np.nanvar(arr, axis=0))))
+    if not scale > 0:
+        scale = 1.0
+    Xs = (arr - shift) / scale
+    Xs[nan] = 0.0
+
+    data_priors = _resolve_priors(priors, noise=noise, X=arr, suff_stats=None, d=d)
+    std_priors, prior_jacobian = _standardised_priors(data_priors, noise, shift, scale, d, k)
+    model = functools.partial(
+        _MODELS[noise], n_components=k, subsample_size=batch_size, has_missing=has_missing
+    )
+    rng = _random_state(random_state)
+    init_values = _initial_values(Xs, observed, k, noise)
+    if init == "random":
+        init_values["W"] = 0.1 * rng.standard_normal((d, k))
+        init_values[_NOISE_SITE[noise]] = np.ones(()) if noise == "isotropic" else np.ones(d)
+    guide_kwargs = {"init_loc_fn": init_to_value(values=init_values)}
+    if guide != "delta":
+        # Posterior sds of standardised parameters are O(1/sqrt(n)).
+        guide_kwargs["init_scale"] = min(0.1, 1.0 / math.sqrt(n))
+    auto_guide = _GUIDES[guide](model, **guide_kwargs)
+
+    schedule = functools.partial(_decaying_step, lr=learning_rate, num_steps=num_steps)
+    svi = SVI(model, auto_guide, numpyro.optim.Adam(schedule), Trace_ELBO())
+    key = jax.random.key(rng.randint(np.iinfo(np.int32).max))
+    data = jnp.asarray(np.where(nan, np.nan, Xs)) if has_missing else jnp.asarray(Xs)
+    # A deterministic objective (delta guide, all rows) ends at its optimum;
+    # a stochastic one is judged on longer windows and summarised by its
+    # averaged iterates.
+    stochastic = guide != "delta" or batch_size is not None
+    config = (noise, guide, n, d, k, batch_size, has_missing, num_steps, learning_rate)
+    config += (jax.tree_util.tree_structure(std_priors),)
+    # The LAPACK calls in the loop are k x k, or triangular solves with k rows
+    # and n columns, which threaded OpenBLAS runs ~100x slower than one thread
+    # (8 ms instead of 30 us at n = 1000, k = 3; OpenBLAS 0.3.30).
+    with threadpool_limits(limits=1, user_api="blas"):
+        state = svi.init(key, data, priors=std_priors)
+        window = _STOCHASTIC_WINDOW if stochastic else 1
+        state, losses, converged, averaged = _run(
+            svi, config, state, (data, std_priors), num_steps, tol, progress_bar, window
+        )
+    n_steps = losses.size
+    if not np.all(np.isfinite(losses)):
+        raise ValueError(
+            f"SVI loss became non-finite at step {int(np.argmin(np.isfinite(losses)))}; "
+            "lower learning_rate or use init='svd'."
+        )
+    params = averaged if stochastic else svi.get_params(state)
+    point = _to_data_units(auto_guide.median(params), noise, shift, scale)
+    # Back to data units: standardising multiplies the data density by
+    # scale^n_obs, the transformed priors' density by scale^prior_jacobian,
+    # and divides the guide's density by scale^(all parameters) (variances
+    # counting twice), which the entropy of a non-degenerate guide carries.
+    n_obs = int(n * d - nan.sum())
+    n_params = d * k + d + (1 if noise == "isotropic" else 2 * d)
+    offset = n_obs + prior_jacobian - (0 if guide == "delta" else n_params)
+    offset *= math.log(scale)
+    return SVIFit(
+        gaussian=point,
+        losses=losses + offset,
+        n_steps=n_steps,
+        converged=converged,
+        guide=auto_guide,
+        params=params,
+        noise=noise,
+        shift=shift,
+        scale=scale,
+    )
+
+
+def _decaying_step(i, *, lr: float, num_steps: int):
+    return lr * _LR_DECAY ** (i / num_steps)
+
+
+# Compiled chunk runners, by problem configuration: a second fit of the same
+# shape and options (cross-validation, a grid over priors) skips the XLA
+# compilation, which costs more than the fit itself on small data. Each entry
+# keeps its SVI object (and the data it was traced with) alive, hence few.
+_RUNNERS: OrderedDict = OrderedDict()
+_RUNNERS_KEPT = 4
+
+
+def _chunk_runner(svi: SVI, config: tuple, length: int):
+    """A jitted ``run(state, (data, priors)) -> (state, losses, mean params)`` of ``length`` steps.
+
+    Everything data-dependent is an argument, never a baked-in constant, so
+    the runner built for one fit serves every fit with the same ``config``
+    (its SVI object has the same sites, shapes and constraints).
+    """
+    key = (config, length)
+    if key in _RUNNERS:
+        _RUNNERS.move_to_end(key)
+        return _RUNNERS[key]
+
+    def step(carry, _, data, priors):
+        state, total = carry
+        state, loss = svi.update(state, data, priors=priors)
+        current = svi.optim.get_params(state.optim_state)
+        return (state, jax.tree.map(jnp.add, total, current)), loss
+
+    @jax.jit
+    def run(state, args):
+        zeros = jax.tree.map(jnp.zeros_like, svi.optim.get_params(state.optim_state))
+        body = functools.partial(step, data=args[0], priors=args[1])
+        (state, total), losses = jax.lax.scan(body, (state, zeros), None, length=length)
+        return state, losses, jax.tree.map(lambda t: t / length, total)
+
+    _RUNNERS[key] = run
+    while len(_RUNNERS) > _RUNNERS_KEPT:
+        _RUNNERS.popitem(last=False)
+    return run
+
+
+def _run(
+    svi: SVI,
+    config: tuple,
+    state,
+    args: tuple,
+    num_steps: int,
+    tol: float,
+    progress_bar: bool,
+    window: int,
+):
+    """Run SVI in compiled chunks of steps, testing convergence between chunks.
+
+    The test compares the mean loss over the last ``window`` chunks with
+    that over the ``window`` chunks before. Returns the final state, the
+    losses, whether the test passed, and the mean of the (unconstrained)
+    parameters over the last ``window`` chunks: with a stochastic objective
+    the iterates jitter around the optimum at the scale of the step, and
+    their average (Polyak-Ruppert) is much closer to it.
+    """
+    chunk = min(_CHUNK, num_steps)
+    bar = None
+    if progress_bar:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=num_steps, desc="SVI")
+    windows: list[np.ndarray] = []
+    averages: list = []
+    passes = 0
+    converged = False
+    done = 0
+    try:
+        while done < num_steps:
+            length = min(chunk, num_steps - done)
+            state, loss, average = _chunk_runner(svi, config, length)(state, args)
+            loss = np.asarray(loss)
+            windows.append(loss)
+            averages.append(average)
+            done += length
+            if bar is not None:
+                bar.update(length)
+                bar.set_postfix(loss=f"{loss.mean():.6g}")
+            if not np.all(np.isfinite(loss)):
+                break
+            if len(windows) >= 2 * window and length == chunk:
+                previous = np.concatenate(windows[-2 * window : -window])
+                current = np.concatenate(windows[-window:])
+                passes = passes + 1 if _converged(previous, current, tol) else 0
+                if passes >= 2:
+                    converged = True
+                    break
+    finally:
+        if bar is not None:
+            bar.close()
+    last = averages[-window:]
+    average = jax.tree.map(lambda *chunks: sum(chunks) / len(chunks), *last)
+    return state, np.concatenate(windows), converged, svi.constrain_fn(average)

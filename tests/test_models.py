@@ -1,0 +1,305 @@
+"""Tests of the NumPyro pPCA / FA models against scipy densities and closed forms."""
+
+import functools
+
+import jax
+import numpy as np
+import numpyro.distributions as dist
+import pytest
+from numpyro import handlers
+from numpyro.infer import MCMC, NUTS, Predictive, log_likelihood
+from numpyro.infer.util import log_density
+from scipy import stats
+from threadpoolctl import threadpool_limits
+
+import bayespca  # noqa: F401  (sets float64)
+from bayespca.models import (
+    Priors,
+    default_priors,
+    factor_analysis,
+    ppca,
+    sufficient_statistics,
+)
+
+N, D, K = 40, 5, 2
+
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread():
+    # Every LAPACK call here is small; on a machine with more busy threads
+    # than cores, threaded OpenBLAS waits for scheduling on each call (up to
+    # 100x slower, measured). Results do not depend on the thread count.
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+MODELS = {"ppca": ppca, "fa": factor_analysis}
+
+
+def _params(kind, rng):
+    W = rng.normal(size=(D, K))
+    mu = rng.normal(size=D)
+    if kind == "ppca":
+        sigma = 0.7
+        return {"W": W, "sigma": sigma, "mu": mu}, np.full(D, sigma**2)
+    psi = rng.uniform(0.2, 1.0, size=D)
+    return {"W": W, "psi": psi, "mu": mu}, psi
+
+
+def _data(params, psi, rng, n=N):
+    z = rng.normal(size=(n, K))
+    return z @ params["W"].T + params["mu"] + rng.normal(size=(n, D)) * np.sqrt(psi)
+
+
+def _trace(model, *args):
+    return handlers.trace(handlers.seed(model, rng_seed=0)).get_trace(*args)
+
+
+def _batched(params):
+    return {name: np.asarray(value)[None] for name, value in params.items()}
+
+
+def _blockwise_logpdf(X, mean, cov):
+    """Per-row scipy log-density of the observed entries (0 for an empty row)."""
+    out = np.zeros(len(X))
+    for i, row in enumerate(X):
+        o = ~np.isnan(row)
+        if o.any():
+            out[i] = stats.multivariate_normal(mean[o], cov[np.ix_(o, o)]).logpdf(row[o])
+    return out
+
+
+@pytest.mark.parametrize("kind", ["ppca", "fa"])
+def test_marginal_pointwise_log_likelihood_is_scipy_mvn(kind):
+    rng = np.random.default_rng(0)
+    params, psi = _params(kind, rng)
+    X = _data(params, psi, rng)
+    model = functools.partial(MODELS[kind], n_components=K)
+    ll = np.asarray(log_likelihood(model, _batched(params), X)["X"])
+    cov = params["W"] @ params["W"].T + np.diag(psi)
+    ref = stats.multivariate_normal(params["mu"], cov).logpdf(X)
+    assert ll.shape == (1, N)
+    np.testing.assert_allclose(ll[0], ref, rtol=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["ppca", "fa"])
+def test_missing_entries_give_observed_block_density(kind):
+    rng = np.random.default_rng(1)
+    params, psi = _params(kind, rng)
+    X = _data(params, psi, rng)
+    X[rng.random(X.shape) < 0.25] = np.nan
+    X[3] = np.nan  # a row with nothing observed contributes log 1 = 0
+    model = functools.partial(MODELS[kind], n_components=K)
+    ll = np.asarray(log_likelihood(model, _batched(params), X)["X"])[0]
+    cov = params["W"] @ params["W"].T + np.diag(psi)
+    np.testing.assert_allclose(ll, _blockwise_logpdf(X, params["mu"], cov), rtol=1e-10, atol=1e-12)
+    assert ll[3] == 0.0
+
+
+@pytest.mark.parametrize("missing", [False, True])
+def test_explicit_model_conditional_is_the_analytic_posterior_of_z(missing):
+    # log p(x, z | theta) - log p(x | theta) = log p(z | x, theta), the Gaussian
+    # N(M^-1 W^T Psi^-1 (x - mu), M^-1) with M = I + W^T Psi^-1 W (observed entries only).
+    rng = np.random.default_rng(2)
+    params, psi = _params("fa", rng)
+    X = _data(params, psi, rng, n=12)
+    if missing:
+        X[rng.random(X.shape) < 0.3] = np.nan
+    z = rng.normal(size=(12, K))
+    explicit = functools.partial(factor_analysis, n_components=K, latent="explicit")
+    marginal = functools.partial(factor_analysis, n_components=K)
+    joint, _ = log_density(explicit, (X,), {}, {**params, "z": z})
+    evidence, _ = log_density(marginal, (X,), {}, params)
+    ref = 0.0
+    for row, zi in zip(X, z, strict=True):
+        o = ~np.isnan(row)
+        Wo, po = params["W"][o], psi[o]
+        M = np.eye(K) + Wo.T @ (Wo / po[:, None])
+        mean = np.linalg.solve(M, Wo.T @ ((row[o] - params["mu"][o]) / po))
+        ref += stats.multivariate_normal(mean, np.linalg.inv(M)).logpdf(zi)
+    np.testing.assert_allclose(float(joint - evidence), ref, rtol=1e-10)
+
+
+def test_sufficient_statistics_log_density_is_sum_of_rows():
+    rng = np.random.default_rng(3)
+    params, psi = _params("ppca", rng)
+    X = _data(params, psi, rng, n=200) + 50.0  # a large mean must not cancel digits
+    params["mu"] = params["mu"] + 50.0
+    stats_model = functools.partial(ppca, n_components=K, suff_stats=sufficient_statistics(X))
+    row_model = functools.partial(ppca, n_components=K)
+    ld_stats, _ = log_density(stats_model, (), {}, params)
+    ld_rows, _ = log_density(row_model, (X,), {}, params)
+    cov = params["W"] @ params["W"].T + np.diag(psi)
+    loglik = stats.multivariate_normal(params["mu"], cov).logpdf(X).sum()
+    # Same priors (computed from the same data) on both sides.
+    np.testing.assert_allclose(float(ld_stats), float(ld_rows), rtol=1e-10)
+    np.testing.assert_allclose(
+        float(ld_rows) - float(_log_prior_default(X, params, "ppca")), loglik, rtol=1e-10
+    )
+
+
+def _log_prior_default(X, params, kind):
+    """Log density of the documented default priors, written with scipy."""
+    m, s = np.nanmean(X, axis=0), np.nanstd(X, axis=0)
+    overall = np.sqrt(np.mean(s**2))
+    lp = stats.norm(m, 10 * s).logpdf(params["mu"]).sum()
+    if kind == "ppca":
+        lp += stats.norm(0, overall).logpdf(params["W"]).sum()
+        lp += stats.halfnorm(scale=overall).logpdf(params["sigma"])
+    else:
+        lp += stats.norm(0, s[:, None]).logpdf(params["W"]).sum()
+        lp += stats.halfnorm(scale=s**2).logpdf(params["psi"]).sum()
+    return lp
+
+
+def test_default_priors_follow_the_data_scale():
+    rng = np.random.default_rng(4)
+    params, psi = _params("fa", rng)
+    X = _data(params, psi, rng) * np.array([1.0, 10.0, 0.1, 3.0, 1.0])
+    X[0, 1] = np.nan
+    model = functools.partial(factor_analysis, n_components=K)
+    ld, _ = log_density(model, (X,), {}, params)
+    cov = params["W"] @ params["W"].T + np.diag(psi)
+    loglik = _blockwise_logpdf(X, params["mu"], cov).sum()
+    np.testing.assert_allclose(float(ld) - loglik, _log_prior_default(X, params, "fa"), rtol=1e-10)
+    # A constant column falls back to the overall scale rather than a zero-width prior.
+    X[:, 0] = 2.0
+    p = default_priors(X, noise="isotropic")
+    s = np.nanstd(X, axis=0)
+    overall = np.sqrt(np.mean(s**2))
+    np.testing.assert_allclose(np.asarray(p.mean.scale)[0], 10 * overall, rtol=1e-12)
+
+
+@pytest.mark.parametrize("latent", ["marginal", "explicit"])
+@pytest.mark.parametrize("kind", ["ppca", "fa"])
+def test_prior_predictive_moments(kind, latent):
+    # Defaults without data: W_jl ~ N(0,1), mu_j ~ N(0,10^2), sigma ~ HalfNormal(1) or
+    # psi_j ~ HalfNormal(1), so Var(x_j) = k + E[noise variance] + 100, and distinct
+    # features are uncorrelated a priori.
+    model = functools.partial(
+        MODELS[kind], n_components=K, n_samples=1, n_features=D, latent=latent
+    )
+    draws = Predictive(model, num_samples=20000)(jax.random.key(0))
+    x = np.asarray(draws["X"])[:, 0, :]
+    noise_var = 1.0 if kind == "ppca" else np.sqrt(2 / np.pi)  # E sigma^2, E psi
+    expected = K + noise_var + 100.0
+    np.testing.assert_allclose(x.var(axis=0), expected, rtol=0.05)
+    np.testing.assert_allclose(np.corrcoef(x.T)[np.triu_indices(D, 1)], 0.0, atol=0.04)
+    noise_draws = np.asarray(draws["sigma" if kind == "ppca" else "psi"])
+    np.testing.assert_allclose(noise_draws.mean(), np.sqrt(2 / np.pi), rtol=0.03)
+
+
+def test_user_priors_replace_defaults():
+    rng = np.random.default_rng(5)
+    params, psi = _params("ppca", rng)
+    X = _data(params, psi, rng)
+    priors = {"noise": dist.Exponential(2.0), "mean": dist.Normal(0.0, 3.0)}
+    model = functools.partial(ppca, n_components=K, priors=priors)
+    flat = functools.partial(ppca, n_components=K, priors="flat")
+    ld, _ = log_density(model, (X,), {}, params)
+    ld_flat, _ = log_density(flat, (X,), {}, params)
+    overall = np.sqrt(np.mean(X.var(axis=0)))
+    ref = (
+        stats.expon(scale=0.5).logpdf(params["sigma"])
+        + stats.norm(0, 3.0).logpdf(params["mu"]).sum()
+        + stats.norm(0, overall).logpdf(params["W"]).sum()
+    )
+    np.testing.assert_allclose(float(ld - ld_flat), ref, rtol=1e-10)
+    cov = params["W"] @ params["W"].T + np.diag(psi)
+    np.testing.assert_allclose(
+        float(ld_flat), stats.multivariate_normal(params["mu"], cov).logpdf(X).sum(), rtol=1e-10
+    )
+
+
+def test_nuts_recovers_noise_and_log_likelihood_per_row():
+    import arviz as az
+
+    rng = np.random.default_rng(6)
+    n, d = 300, 4
+    W = rng.normal(size=(d, 1))
+    X = rng.normal(size=(n, 1)) @ W.T + 0.5 * rng.normal(size=(n, d))
+    model = functools.partial(ppca, n_components=1)  # shapes bound: jit_model_args works
+    mcmc = MCMC(
+        NUTS(model), num_warmup=60, num_samples=60, jit_model_args=True, progress_bar=False
+    )
+    mcmc.run(jax.random.key(1), X)
+    sigma = np.asarray(mcmc.get_samples()["sigma"])
+    # Posterior sd of sigma ~ sigma / sqrt(2 n (d - k)) = 0.012.
+    ml_sigma = np.sqrt(np.linalg.eigvalsh(np.cov(X.T, bias=True))[:-1].mean())
+    assert abs(sigma.mean() - ml_sigma) < 0.02
+    tree = az.from_numpyro(mcmc, log_likelihood=True)
+    ll = tree["log_likelihood"]["X"]
+    assert ll.dims == ("chain", "draw", "obs") and ll.shape == (1, 60, n)
+    draw = {name: np.asarray(v[-1]) for name, v in mcmc.get_samples().items()}
+    cov = draw["W"] @ draw["W"].T + draw["sigma"] ** 2 * np.eye(d)
+    ref = stats.multivariate_normal(draw["mu"], cov).logpdf(X)
+    np.testing.assert_allclose(np.asarray(ll)[0, -1], ref, rtol=1e-10)
+
+
+def test_subsampled_plate_scales_the_likelihood():
+    rng = np.random.default_rng(7)
+    params, psi = _params("ppca", rng)
+    X = _data(params, psi, rng)
+    model = functools.partial(ppca, n_components=K, priors="flat", subsample_size=10)
+    with handlers.seed(rng_seed=0):
+        trace = handlers.trace(handlers.substitute(model, params)).get_trace(X)
+    idx = np.asarray(trace["obs"]["value"])
+    site = trace["X"]
+    scaled = site["scale"] * np.asarray(site["fn"].log_prob(site["value"]))
+    cov = params["W"] @ params["W"].T + np.diag(psi)
+    ref = N / 10 * stats.multivariate_normal(params["mu"], cov).logpdf(X[idx])
+    assert np.unique(idx).size == 10
+    np.testing.assert_allclose(scaled, ref, rtol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"n_components": 0}, ValueError, "n_components must be a positive int; got 0"),
+        ({"n_components": 2.0}, ValueError, "n_components must be a positive int; got 2.0"),
+        ({"n_components": True}, ValueError, "n_components must be a positive int"),
+        ({"n_components": 6}, ValueError, "at most n_features=5; got 6"),
+        ({"n_components": 2, "latent": "z"}, ValueError, "latent must be one of"),
+        ({"n_components": 2, "n_samples": 3}, ValueError, "n_samples=3 does not match"),
+        ({"n_components": 2, "priors": "weak"}, ValueError, "got the string 'weak'"),
+        ({"n_components": 2, "priors": {"W": dist.Normal()}}, ValueError, "unknown keys"),
+        ({"n_components": 2, "priors": 3}, TypeError, "priors must be None"),
+        ({"n_components": 2, "priors": Priors(noise=1.0)}, TypeError, "priors.noise must"),
+        (
+            {"n_components": 2, "priors": Priors(mean=dist.Normal(np.zeros(3), 1.0))},
+            ValueError,
+            r"priors.mean has batch shape \(3,\)",
+        ),
+        (
+            {"n_components": 2, "priors": Priors(mean=dist.MultivariateNormal(np.zeros(3), np.eye(3)))},  # noqa: E501
+            ValueError,
+            r"event shape \(3,\), which is not a suffix",
+        ),
+    ],
+)
+def test_bad_arguments_are_named(kwargs, error, match):
+    X = np.random.default_rng(8).normal(size=(N, D))
+    with pytest.raises(error, match=match):
+        _trace(functools.partial(ppca, **kwargs), X)
+
+
+def test_bad_shapes_and_modes_are_named():
+    X = np.random.default_rng(9).normal(size=(N, D))
+    with pytest.raises(ValueError, match="both n_samples and n_features are needed"):
+        Predictive(functools.partial(ppca, n_components=1), num_samples=1)(jax.random.key(0))
+    with pytest.raises(ValueError, match="X must be 2-D"):
+        _trace(functools.partial(ppca, n_components=1), X[0])
+    with pytest.raises(ValueError, match="either X or suff_stats"):
+        _trace(functools.partial(ppca, n_components=1, suff_stats=sufficient_statistics(X)), X)
+    with pytest.raises(ValueError, match="suff_stats needs latent='marginal'"):
+        _trace(
+            functools.partial(
+                ppca, n_components=1, suff_stats=sufficient_statistics(X), latent="explicit"
+            )
+        )
+    with pytest.raises(ValueError, match="noise must be one of"):
+        default_priors(X, noise="spherical")
+    with pytest.raises(ValueError, match="NaN"):
+        sufficient_statistics(np.where(X > 2, np.nan, X))
+    # Shape arguments traced by jit_model_args get a message naming the fix.
+    mcmc = MCMC(NUTS(ppca), num_warmup=1, num_samples=1, jit_model_args=True, progress_bar=False)
+    with pytest.raises(TypeError, match=r"functools.partial\(model, n_components=n_components\)"):
+        mcmc.run(jax.random.key(0), X, n_components=1)

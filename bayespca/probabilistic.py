@@ -493,11 +493,11 @@ class FactorAnalysis(_LowRankGaussianModel):
     Examples
     --------
     >>> rng = np.random.default_rng(0)
-    >>> X = rng.standard_normal((500, 2)) @ rng.standard_normal((2, 6))
-    >>> X += rng.standard_normal((500, 6)) * np.linspace(0.3, 1.0, 6)
+    >>> X = rng.standard_normal((1000, 2)) @ rng.standard_normal((2, 6))
+    >>> X += rng.standard_normal((1000, 6)) * np.sqrt([0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
     >>> fa = FactorAnalysis(n_components=2).fit(X)
     >>> fa.noise_variance_.round(2)
-    array([0.08, 0.2 , 0.31, 0.51, 0.67, 0.96])
+    array([0.14, 0.31, 0.46, 0.4 , 0.74, 0.68])
     >>> bool(np.allclose(np.diag(fa.get_covariance()), X.var(axis=0), rtol=1e-4))
     True
     """

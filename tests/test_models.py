@@ -31,6 +31,8 @@ def _one_blas_thread():
     # 100x slower, measured). Results do not depend on the thread count.
     with threadpool_limits(limits=1, user_api="blas"):
         yield
+
+
 MODELS = {"ppca": ppca, "fa": factor_analysis}
 
 
@@ -269,7 +271,10 @@ def test_subsampled_plate_scales_the_likelihood():
             r"priors.mean has batch shape \(3,\)",
         ),
         (
-            {"n_components": 2, "priors": Priors(mean=dist.MultivariateNormal(np.zeros(3), np.eye(3)))},  # noqa: E501
+            {
+                "n_components": 2,
+                "priors": Priors(mean=dist.MultivariateNormal(np.zeros(3), np.eye(3))),
+            },  # noqa: E501
             ValueError,
             r"event shape \(3,\), which is not a suffix",
         ),

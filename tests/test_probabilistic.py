@@ -43,19 +43,7 @@ def _conditioning(model, x):
 
 
 # ------------------------------------------------------------ scikit-learn API
-def _expected_failures(estimator):
-    # bayespca.data (shared by every estimator) words these two errors its own
-    # way; the checks only match scikit-learn's wording.
-    return {
-        "check_estimators_empty_data_messages": "bayespca.data error wording",
-        "check_fit2d_predict1d": "bayespca.data error wording",
-    }
-
-
-@parametrize_with_checks(
-    [PPCA(), PPCA(method="em"), FactorAnalysis()],
-    expected_failed_checks=_expected_failures,
-)
+@parametrize_with_checks([PPCA(), PPCA(method="em"), FactorAnalysis()])
 def test_sklearn_compatible(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # Heywood/floor notes on random data
@@ -126,6 +114,22 @@ def test_ppca_n_less_than_d():
     assert ppca.noise_variance_ == pytest.approx(lam[8:].sum() / 22, rel=1e-9)
     ref = multivariate_normal(ppca.mean_, ppca.get_covariance()).logpdf(X).sum()
     assert ppca.log_likelihood_ == pytest.approx(ref, rel=1e-9)
+
+
+def test_n_less_than_d_by_em_never_forms_the_scatter():
+    X = _data(n=12, d=40, k=2)
+    cf = PPCA(3).fit(X)
+    em = PPCA(3, method="em", tol=1e-14).fit(X)  # d > n: the O(n d k) form
+    assert em.log_likelihood_ == pytest.approx(cf.log_likelihood_, rel=1e-9)
+    c_ref = cf.get_covariance()
+    np.testing.assert_allclose(em.get_covariance(), c_ref, atol=1e-5 * np.abs(c_ref).max())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        fa = FactorAnalysis(3).fit(X)
+    assert np.all(np.diff(fa.loglike_trace_) >= 0)
+    ref = multivariate_normal(fa.mean_, fa.get_covariance()).logpdf(X).sum()
+    assert fa.log_likelihood_ == pytest.approx(ref, rel=1e-9)
+    assert fa.log_likelihood_ >= cf.log_likelihood_  # FA nests pPCA
 
 
 # --------------------------------------------------------- Factor analysis
@@ -200,7 +204,7 @@ def test_fa_every_n_components(k):
 
 
 # ------------------------------------- methods shared by both estimators
-@pytest.fixture(params=["ppca", "fa"])
+@pytest.fixture(params=["ppca", "fa"], scope="module")
 def fitted_with_missing(request):
     X = _data(missing=0.2, seed=5)
     model = PPCA(2) if request.param == "ppca" else FactorAnalysis(2)
@@ -261,9 +265,9 @@ def test_covariance_precision_sample_inverse_transform(fitted_with_missing):
     d = model.n_features_in_
     product = model.get_precision() @ model.get_covariance()
     np.testing.assert_allclose(product, np.eye(d), atol=1e-10)
-    draws = model.sample(100_000, random_state=0)
-    np.testing.assert_allclose(np.cov(draws.T), model.get_covariance(), atol=0.05)
-    np.testing.assert_array_equal(draws[:5], model.sample(100_000, random_state=0)[:5])
+    draws = model.sample(50_000, random_state=0)
+    np.testing.assert_allclose(np.cov(draws.T), model.get_covariance(), atol=0.06)
+    np.testing.assert_array_equal(model.sample(5, random_state=3), model.sample(5, random_state=3))
     assert not np.allclose(model.sample(5, random_state=1), model.sample(5, random_state=2))
     # E[x | z] = W z + mu: the conditional mean of x given the factors.
     Z = np.array([[1.0, -0.5], [0.0, 0.0]])
@@ -327,7 +331,9 @@ def test_ppca_svi_map_reaches_closed_form():
     cf = PPCA(2).fit(X)
     svi = PPCA(2, method="svi", random_state=0).fit(X)
     assert svi.log_likelihood_ == pytest.approx(cf.log_likelihood_, rel=1e-4)
-    np.testing.assert_allclose(svi.get_covariance(), cf.get_covariance(), atol=0.05)
+    # MAP under SVI's priors, stopped by its own tolerance: close, not equal.
+    gap = np.linalg.norm(svi.get_covariance() - cf.get_covariance())
+    assert gap < 0.05 * np.linalg.norm(cf.get_covariance())
 
 
 # ------------------------------------------------------------- bad input

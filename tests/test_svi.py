@@ -187,7 +187,7 @@ def test_gaussian_guides_locate_and_spread_like_the_posterior(guide):
 
 def test_out_of_steps_is_reported_and_runs_are_reproducible(capsys):
     rng = np.random.default_rng(5)
-    X = rng.normal(size=(50, 4))
+    X = rng.normal(size=(50, 1)) @ rng.normal(size=(1, 4)) * 3 + rng.normal(size=(50, 4))
     kwargs = {"init": "random", "num_steps": 200, "batch_size": 20, "random_state": 0}
     fit = fit_svi(X, 1, progress_bar=True, **kwargs)
     assert isinstance(fit, SVIFit)

@@ -77,7 +77,7 @@ from bayespca.gaussian import (
     canonical_loadings,
 )
 from bayespca.inference.closed_form import MLFit, check_n_components, noise_floor
-from bayespca.linalg import _eigh_top, centred_scatter, svd_full, svd_randomized
+from bayespca.linalg import _eigh_top, svd_full, svd_randomized
 
 __all__ = ["fit_em"]
 
@@ -370,8 +370,8 @@ def fit_em(
         )
     # Centre on the observed means: the fit is translation-equivariant, and
     # centred numbers keep psi_j = (sum x^2 - w~^T b) / n_j accurate.
-    centre = np.nansum(X, axis=0) / n_obs
-    x0 = np.where(obs, X - centre, 0.0)
+    centre = np.nansum(X, axis=0) / n_obs if has_missing else X.mean(axis=0)
+    x0 = np.where(obs, X - centre, 0.0) if has_missing else X - centre
     var = np.sum(x0**2, axis=0) / n_obs
     floor_vec = noise_floor(var, rel_floor)
     if isotropic:
@@ -390,7 +390,7 @@ def fit_em(
         data_form = False
     else:
         step = _complete_step
-        source = x0 if data_form else centred_scatter(x0, np.zeros(d)) / n
+        source = x0 if data_form else (x0.T @ x0) / n  # x0 is centred already
         data = (jnp.asarray(source), jnp.asarray(var), float(n), jnp.asarray(floor_vec))
 
     if init is None:
@@ -399,7 +399,7 @@ def fit_em(
         elif d > n or data_form:
             src, is_scatter = x0, False
         else:
-            src, is_scatter = centred_scatter(x0, np.zeros(d)) / n, True
+            src, is_scatter = (x0.T @ x0) / n, True
         w0, psi0 = _initial(src, is_scatter, n, var, k, isotropic, floor_vec)
         mu0 = np.zeros(d)
     else:

@@ -52,8 +52,10 @@ from threadpoolctl import threadpool_limits
 
 from bayespca.data import as_float_matrix
 from bayespca.gaussian import LowRankGaussian
+from bayespca.linalg import centred_scatter
 from bayespca.models import (
     Priors,
+    SufficientStatistics,
     _as_site_distribution,
     _resolve_priors,
     factor_analysis,
@@ -399,21 +401,31 @@ def fit_svi(
     schedule = functools.partial(_decaying_step, lr=learning_rate, num_steps=num_steps)
     svi = SVI(model, auto_guide, numpyro.optim.Adam(schedule), Trace_ELBO())
     key = jax.random.key(rng.randint(np.iinfo(np.int32).max))
-    data = jnp.asarray(np.where(nan, np.nan, Xs)) if has_missing else jnp.asarray(Xs)
+    # Complete data over all rows enter the likelihood only through
+    # (n, mean, scatter): one step then costs O(d^2 k), whatever n.
+    use_stats = batch_size is None and not has_missing
+    if use_stats:
+        stats = SufficientStatistics(
+            np.float64(n), Xs.mean(axis=0), centred_scatter(Xs, Xs.mean(0))
+        )
+        model_args = ((None,), {"priors": std_priors, "suff_stats": stats})
+    else:
+        data = jnp.asarray(np.where(nan, np.nan, Xs)) if has_missing else jnp.asarray(Xs)
+        model_args = ((data,), {"priors": std_priors})
     # A deterministic objective (delta guide, all rows) ends at its optimum;
     # a stochastic one is judged on longer windows and summarised by its
     # averaged iterates.
     stochastic = guide != "delta" or batch_size is not None
-    config = (noise, guide, n, d, k, batch_size, has_missing, num_steps, learning_rate)
-    config += (jax.tree_util.tree_structure(std_priors),)
-    # The LAPACK calls in the loop are k x k, or triangular solves with k rows
-    # and n columns, which threaded OpenBLAS runs ~100x slower than one thread
-    # (8 ms instead of 30 us at n = 1000, k = 3; OpenBLAS 0.3.30).
+    config = (noise, guide, None if use_stats else n, d, k, batch_size, has_missing)
+    config += (num_steps, learning_rate, jax.tree_util.tree_structure(std_priors))
+    # The LAPACK calls in the loop are small (k x k, or triangular solves with
+    # k rows): threading them only adds synchronisation, and on a machine with
+    # more busy threads than cores it made each call ~100x slower (measured).
     with threadpool_limits(limits=1, user_api="blas"):
-        state = svi.init(key, data, priors=std_priors)
+        state = svi.init(key, *model_args[0], **model_args[1])
         window = _STOCHASTIC_WINDOW if stochastic else 1
         state, losses, converged, averaged = _run(
-            svi, config, state, (data, std_priors), num_steps, tol, progress_bar, window
+            svi, config, state, model_args, num_steps, tol, progress_bar, window
         )
     n_steps = losses.size
     if not np.all(np.isfinite(losses)):
@@ -457,27 +469,28 @@ _RUNNERS_KEPT = 4
 
 
 def _chunk_runner(svi: SVI, config: tuple, length: int):
-    """A jitted ``run(state, (data, priors)) -> (state, losses, mean params)`` of ``length`` steps.
+    """A jitted ``run(state, (args, kwargs)) -> (state, losses, mean params)`` of ``length`` steps.
 
-    Everything data-dependent is an argument, never a baked-in constant, so
-    the runner built for one fit serves every fit with the same ``config``
-    (its SVI object has the same sites, shapes and constraints).
+    Everything data-dependent is a model argument passed at run time, never a
+    baked-in constant, so the runner built for one fit serves every fit with
+    the same ``config`` (its SVI object has the same sites, shapes and
+    constraints).
     """
     key = (config, length)
     if key in _RUNNERS:
         _RUNNERS.move_to_end(key)
         return _RUNNERS[key]
 
-    def step(carry, _, data, priors):
+    def step(carry, _, model_args):
         state, total = carry
-        state, loss = svi.update(state, data, priors=priors)
+        state, loss = svi.update(state, *model_args[0], **model_args[1])
         current = svi.optim.get_params(state.optim_state)
         return (state, jax.tree.map(jnp.add, total, current)), loss
 
     @jax.jit
-    def run(state, args):
+    def run(state, model_args):
         zeros = jax.tree.map(jnp.zeros_like, svi.optim.get_params(state.optim_state))
-        body = functools.partial(step, data=args[0], priors=args[1])
+        body = functools.partial(step, model_args=model_args)
         (state, total), losses = jax.lax.scan(body, (state, zeros), None, length=length)
         return state, losses, jax.tree.map(lambda t: t / length, total)
 
@@ -491,7 +504,7 @@ def _run(
     svi: SVI,
     config: tuple,
     state,
-    args: tuple,
+    model_args: tuple,
     num_steps: int,
     tol: float,
     progress_bar: bool,
@@ -520,7 +533,7 @@ def _run(
     try:
         while done < num_steps:
             length = min(chunk, num_steps - done)
-            state, loss, average = _chunk_runner(svi, config, length)(state, args)
+            state, loss, average = _chunk_runner(svi, config, length)(state, model_args)
             loss = np.asarray(loss)
             windows.append(loss)
             averages.append(average)

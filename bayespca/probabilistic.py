@@ -23,6 +23,9 @@ from bayespca.gaussian import LatentPosterior, LowRankGaussian
 __all__ = ["FactorAnalysis", "PPCA"]
 
 ROTATIONS = ("varimax", "quartimax", "promax", "oblimin")
+# Above this many (draw x row) values the pointwise log-likelihood is left out
+# of posterior_ (to_arviz(log_likelihood=True) still computes it).
+_MAX_POINTWISE = 20_000_000
 
 
 def _jax_key(random_state) -> jax.Array:
@@ -142,7 +145,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
 
     def _fit_nuts(self, X, k, missing):
         """Run NUTS; the point estimate ``gaussian_`` is the posterior mean of ``(W, Psi, mu)``."""
-        from bayespca.inference.nuts import fit_nuts
+        from bayespca.inference.nuts import diagnose, fit_nuts, to_datatree
 
         fit = fit_nuts(
             X,
@@ -164,6 +167,10 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         self.mean_samples_ = fit.mean
         self.sample_stats_ = fit.sample_stats
         self.identification_ = fit.identification
+        names = getattr(self, "feature_names_in_", None)
+        stored = fit.loadings.shape[0] * fit.loadings.shape[1] * X.shape[0]
+        self.posterior_ = to_datatree(fit, X, feature_names=names, log_likelihood=stored <= _MAX_POINTWISE)
+        diagnose(fit, self.posterior_["posterior"]["log_lik"].values)
         g = LowRankGaussian(fit.loadings.mean((0, 1)), fit.noise.mean((0, 1)), fit.mean.mean((0, 1)))
         observed = None if missing is None else ~missing
         ll = float(np.sum(gaussian.log_prob(g, np.nan_to_num(X), observed)))
@@ -179,6 +186,47 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         rng = np.random.default_rng(random_state)
         idx = rng.choice(total, size=num_samples, replace=num_samples > total)
         return LowRankGaussian(*(np.asarray(a)[idx] for a in g))
+
+    def to_arviz(self, *, log_likelihood=True, posterior_predictive=False, random_state=None):
+        """The posterior as an ArviZ DataTree (see :func:`bayespca.inference.nuts.to_datatree`).
+
+        Groups ``posterior`` (dims chain, draw, feature, component; feature
+        coordinates from ``feature_names_in_``), ``sample_stats``,
+        ``log_likelihood`` (marginal ``log p(x_i | W, Psi, mu)``, dims
+        (chain, draw, obs)), ``observed_data`` and, when
+        ``posterior_predictive``, replicated data sets. Needs ``method="nuts"``.
+        """
+        self._check_nuts("to_arviz")
+        from bayespca.inference.nuts import to_datatree
+
+        X = self.posterior_["observed_data"]["X"].values
+        return to_datatree(
+            self.nuts_,
+            X,
+            feature_names=getattr(self, "feature_names_in_", None),
+            log_likelihood=log_likelihood,
+            posterior_predictive=posterior_predictive,
+            random_state=random_state,
+        )
+
+    def summary(self, ci_prob=0.89):
+        """Posterior summary: invariant quantities, then identified loadings (a DataFrame).
+
+        Rows: the noise variances (``sigma2`` or ``psi``), ``eigenvalues`` of
+        ``W W^T``, ``log_lik`` (total log-likelihood) -- meaningful under any
+        identification -- then ``W`` (meaningful when identified, see
+        ``identification_``) and ``alpha`` with ``prior="ard"``. Columns from
+        ``arviz.summary``: mean, sd, equal-tailed interval, ess_bulk,
+        ess_tail, r_hat, mcse.
+        """
+        self._check_nuts("summary")
+        import arviz as az
+
+        noise = "sigma2" if self._noise == "isotropic" else "psi"
+        names = [noise, "eigenvalues", "log_lik", "W"]
+        if "alpha" in self.posterior_["posterior"]:
+            names.append("alpha")
+        return az.summary(self.posterior_, var_names=names, ci_kind="eti", ci_prob=ci_prob)
 
     def _check_nuts(self, what):
         check_is_fitted(self, "gaussian_")
@@ -499,6 +547,11 @@ class PPCA(_LowRankGaussianModel):
     sample_stats_ : dict of ndarray (chain, draw)
         ``diverging``, ``n_steps`` (leapfrog steps), ``tree_depth``, ``lp``,
         ``acceptance_rate``.
+    posterior_ : xarray.DataTree
+        The ArviZ DataTree of :meth:`to_arviz` (without posterior predictive;
+        without ``log_likelihood`` above 2e7 draw x row values). Fitting warns
+        (``SamplingWarning``) on divergences, R-hat > 1.01 or low ESS of the
+        invariant quantities.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Only when fitted on a DataFrame with string column names.

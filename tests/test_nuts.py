@@ -1,5 +1,7 @@
 """NUTS posteriors: the sufficient-statistic likelihood, calibration against the truth and ML."""
 
+import warnings
+
 import arviz as az
 import numpy as np
 import numpyro.distributions as dist
@@ -7,7 +9,13 @@ import pytest
 
 from bayespca.gaussian import LowRankGaussian
 from bayespca.inference.em import fit_em
-from bayespca.inference.nuts import fit_nuts, marginal_log_likelihood, missing_patterns
+from bayespca.inference.nuts import (
+    SamplingWarning,
+    diagnose,
+    fit_nuts,
+    marginal_log_likelihood,
+    missing_patterns,
+)
 
 
 def _data(n, d, k, noise_sd, seed=0):
@@ -129,3 +137,30 @@ def test_missing_values_posterior_near_em():
 def test_bad_options(kwargs, match):
     with pytest.raises(ValueError, match=match):
         fit_nuts(np.ones((5, 3)), 1, **kwargs)
+
+
+def test_diagnostics_silent_on_converged_chains(ppca_fit):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SamplingWarning)
+        assert diagnose(ppca_fit[2], min_ess_per_chain=50) == []
+
+
+def test_diagnostics_warn_and_name_the_fix():
+    X, _ = _data(200, 5, 2, 0.5, seed=7)
+    fit = fit_nuts(
+        X,
+        2,
+        num_warmup=3,
+        num_samples=30,
+        num_chains=2,
+        chain_method="vectorized",
+        random_state=0,
+        target_accept_prob=0.5,
+    )
+    fit.sample_stats["diverging"][0, 0] = True  # as if the sampler had diverged once
+    with pytest.warns(SamplingWarning) as record:
+        messages = diagnose(fit)
+    ours = [r for r in record if r.category is SamplingWarning]
+    assert len(ours) == len(messages) == 3
+    text = " ".join(messages)
+    assert "target_accept_prob" in text and "R-hat" in text and "increase num_samples" in text

@@ -1,9 +1,12 @@
 """PPCA / FactorAnalysis with method="nuts": point estimates, latent draws, ArviZ output."""
 
+import warnings
+
 import numpy as np
 import pytest
 
 from bayespca import gaussian
+from bayespca.inference.nuts import SamplingWarning
 from bayespca.probabilistic import PPCA, FactorAnalysis
 
 
@@ -80,3 +83,96 @@ def test_sample_latent_needs_nuts():
     X = _data()
     with pytest.raises(ValueError, match="method='nuts'"):
         PPCA(2).fit(X).sample_latent(X)
+
+
+# ------------------------------------------------------------------ ArviZ
+@pytest.fixture(scope="module")
+def small():
+    import pandas as pd
+
+    X = pd.DataFrame(_data(n=60, d=4, seed=4), columns=["a", "b", "c", "d"])
+    X.iloc[0, 1] = np.nan
+    model = PPCA(
+        2,
+        method="nuts",
+        num_warmup=150,
+        num_samples=100,
+        num_chains=2,
+        chain_method="vectorized",
+        random_state=2,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)  # a deliberately short run
+        model.fit(X)
+    return X, model
+
+
+def test_log_likelihood_group_is_marginal_density(small):
+    from scipy.stats import multivariate_normal
+
+    X, model = small
+    tree = model.to_arviz()
+    ll = tree["log_likelihood"]["X"]
+    assert ll.dims == ("chain", "draw", "obs") and ll.shape == (2, 100, 60)
+    post = tree["posterior"]
+    assert list(post["W"].dims) == ["chain", "draw", "feature", "component"]
+    assert list(post["feature"].values) == ["a", "b", "c", "d"]
+    values = X.to_numpy()
+    for c, m in [(0, 0), (1, 57)]:
+        w = post["W"].values[c, m]
+        cov = w @ w.T + post["sigma2"].values[c, m] * np.eye(4)
+        mu = post["mu"].values[c, m]
+        for i in (0, 1, 30):
+            o = ~np.isnan(values[i])
+            ref = multivariate_normal(mu[o], cov[np.ix_(o, o)]).logpdf(values[i, o])
+            assert ll.values[c, m, i] == pytest.approx(ref, rel=1e-10)
+
+
+def test_loo_invariant_to_rotating_draws(small):
+    import arviz as az
+
+    _, model = small
+    tree = model.to_arviz()
+    elpd = az.loo(tree).elpd
+    rng = np.random.default_rng(0)
+    fit = model.nuts_
+    q = np.linalg.qr(rng.normal(size=(*fit.loadings.shape[:2], 2, 2)))[0]
+    rotated = type(fit)(**{**fit.__dict__, "loadings": fit.loadings @ q})
+    from bayespca.inference.nuts import to_datatree
+
+    rot_tree = to_datatree(rotated, tree["observed_data"]["X"].values)
+    assert az.loo(rot_tree).elpd == pytest.approx(elpd, rel=1e-10)
+    assert not np.allclose(rot_tree["posterior"]["W"].values, tree["posterior"]["W"].values)
+
+
+def test_summary(small):
+    _, model = small
+    table = model.summary()
+    assert {"mean", "sd", "ess_bulk", "ess_tail", "r_hat"} <= set(table.columns)
+    assert float(table.loc["sigma2", "mean"]) == pytest.approx(model.noise_variance_, rel=0.01)
+    eig = np.linalg.svd(model.loadings_samples_, compute_uv=False) ** 2
+    assert float(table.loc["eigenvalues[0]", "mean"]) == pytest.approx(eig[..., 0].mean(), rel=0.01)
+    assert "W[a, 0]" in table.index
+
+
+def test_netcdf_round_trip(small, tmp_path):
+    pytest.importorskip("h5netcdf")
+    import xarray as xr
+
+    _, model = small
+    path = tmp_path / "post.nc"
+    model.posterior_.to_netcdf(path)
+    back = xr.open_datatree(path)
+    assert np.array_equal(back["log_likelihood"]["X"].values, model.posterior_["log_likelihood"]["X"].values)
+
+
+def test_posterior_predictive_moments(small):
+    _, model = small
+    tree = model.to_arviz(posterior_predictive=True, random_state=0)
+    reps = tree["posterior_predictive"]["X"].values
+    assert reps.shape == (2, 100, 60, 4)
+    # Pooled over draws, the replicated data have the posterior-averaged covariance.
+    w = model.loadings_samples_
+    avg = np.einsum("cmdk,cmek->de", w, w) / 200 + model.noise_variance_samples_.mean() * np.eye(4)
+    emp = np.cov(reps.reshape(-1, 4).T)
+    assert np.allclose(emp, avg, rtol=0.1, atol=0.1)

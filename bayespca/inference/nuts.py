@@ -61,9 +61,14 @@ __all__ = [
     "IDENTIFICATIONS",
     "MissingPatterns",
     "NUTSFit",
+    "SamplingWarning",
+    "diagnose",
     "fit_nuts",
     "marginal_log_likelihood",
     "missing_patterns",
+    "pointwise_log_likelihood",
+    "posterior_variables",
+    "to_datatree",
 ]
 
 IDENTIFICATIONS = ("polar", "lower_triangular", "procrustes", "none")
@@ -489,3 +494,168 @@ def _identify(w: np.ndarray, reference: np.ndarray, identification: str) -> np.n
         signs = np.where(np.einsum("mdk,dk->mk", w, reference) < 0, -1.0, 1.0)
         return w * signs[:, None, :]
     return w
+
+
+def pointwise_log_likelihood(fit: NUTSFit, X: np.ndarray) -> np.ndarray:
+    """Marginal ``log p(x_i | W, Psi, mu)`` per draw and row, shape (chain, draw, n).
+
+    Rows with missing entries (NaN) get the density of their observed block
+    (:func:`bayespca.gaussian.log_prob`).
+    """
+    arr = np.asarray(X, dtype=float)
+    observed = ~np.isnan(arr)
+    values, masked = np.where(observed, arr, 0.0), bool((~observed).any())
+
+    def one(g):
+        return log_prob(LowRankGaussian(*g), values, observed if masked else None)
+
+    out = jax.lax.map(one, tuple(fit.gaussians()))
+    return np.asarray(out).reshape(*fit.loadings.shape[:2], arr.shape[0])
+
+
+def posterior_variables(fit: NUTSFit) -> dict:
+    """Named posterior variables: ``W``, the noise, ``mu`` and the rotation-invariant ones.
+
+    ``eigenvalues`` are those of ``W W^T`` (decreasing, the variance each
+    component adds); ``sigma2`` (pPCA) or ``psi`` (FA) the noise variances;
+    ``alpha`` the ARD precisions when present.
+    """
+    out = {"W": fit.loadings, "mu": fit.mean}
+    if fit.noise_kind == "isotropic":
+        out["sigma2"] = fit.noise[..., 0]
+    else:
+        out["psi"] = fit.noise
+    out["eigenvalues"] = np.linalg.svd(fit.loadings, compute_uv=False) ** 2
+    if fit.precision is not None:
+        out["alpha"] = fit.precision
+    return out
+
+
+def to_datatree(
+    fit: NUTSFit,
+    X: np.ndarray,
+    *,
+    feature_names: Any = None,
+    log_likelihood: bool = True,
+    posterior_predictive: bool = False,
+    random_state: Any = None,
+):
+    """The posterior as an ArviZ DataTree.
+
+    Groups: ``posterior`` (dims ``chain``, ``draw``, ``feature``,
+    ``component``; variables of :func:`posterior_variables` plus
+    ``log_lik``, the total log-likelihood of the data per draw),
+    ``sample_stats`` (``diverging``, ``n_steps``, ``tree_depth``, ``lp``,
+    ``acceptance_rate``), ``log_likelihood`` (``X``: the marginal
+    ``log p(x_i | W, Psi, mu)``, dims (chain, draw, obs), one value per
+    row), ``observed_data`` (``X``, NaN kept) and, on request,
+    ``posterior_predictive`` (``X``: one replicated data set per draw).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((50, 1)) @ [[2.0, 1.0, -1.0]] + rng.standard_normal((50, 3))
+    >>> fit = fit_nuts(X, 1, num_warmup=50, num_samples=20, num_chains=1, random_state=0)
+    >>> dict(to_datatree(fit, X)["log_likelihood"]["X"].sizes)
+    {'chain': 1, 'draw': 20, 'obs': 50}
+    """
+    from arviz_base import from_dict
+
+    arr = np.asarray(X, dtype=float)
+    n, d = arr.shape
+    k = fit.loadings.shape[-1]
+    coords = {
+        "feature": list(feature_names) if feature_names is not None else list(range(d)),
+        "component": list(range(k)),
+        "obs": list(range(n)),
+    }
+    dims = {
+        "W": ["feature", "component"],
+        "mu": ["feature"],
+        "psi": ["feature"],
+        "eigenvalues": ["component"],
+        "alpha": ["component"],
+    }
+    groups = {"posterior": posterior_variables(fit), "sample_stats": dict(fit.sample_stats)}
+    if log_likelihood:
+        pointwise = pointwise_log_likelihood(fit, arr)
+        groups["log_likelihood"] = {"X": pointwise}
+        groups["posterior"]["log_lik"] = pointwise.sum(-1)
+    else:
+        groups["posterior"]["log_lik"] = np.asarray(
+            jax.lax.map(
+                lambda g: marginal_log_likelihood(LowRankGaussian(*g), missing_patterns(arr)),
+                tuple(fit.gaussians()),
+            )
+        ).reshape(fit.loadings.shape[:2])
+    groups["observed_data"] = {"X": arr}
+    if posterior_predictive:
+        from bayespca.gaussian import sample
+
+        gs = fit.gaussians()
+        keys = jax.random.split(_key(random_state), gs.loadings.shape[0])
+        reps = jax.lax.map(lambda a: sample(LowRankGaussian(*a[0]), a[1], n), (tuple(gs), keys))
+        groups["posterior_predictive"] = {"X": np.asarray(reps).reshape(*fit.loadings.shape[:2], n, d)}
+    # "X" is (obs, feature) in observed_data and posterior_predictive; from_dict
+    # drops the trailing "feature" for the log_likelihood group (one value per row).
+    dims["X"] = ["obs", "feature"]
+    return from_dict(groups, coords=coords, dims=dims)
+
+
+class SamplingWarning(UserWarning):
+    """NUTS diagnostics flag a problem (divergences, R-hat, effective sample size)."""
+
+
+def diagnose(fit: NUTSFit, log_lik: np.ndarray | None = None, *, min_ess_per_chain: int = 100) -> list:
+    """Warn (:class:`SamplingWarning`) about divergences, R-hat > 1.01 or low ESS.
+
+    R-hat and bulk/tail ESS are checked on the rotation-invariant quantities
+    only (noise variances, eigenvalues of ``W W^T``, total log-likelihood when
+    given), which are meaningful whatever the identification. Returns the
+    messages.
+    """
+    import warnings
+
+    import arviz as az
+
+    messages = []
+    n_div = int(fit.sample_stats["diverging"].sum())
+    if n_div:
+        messages.append(
+            f"{n_div} divergent transitions after warm-up: the posterior has regions the step "
+            "size cannot resolve. Increase target_accept_prob (e.g. 0.95 or 0.99), or use "
+            "stronger priors (prior=...)."
+        )
+    quantities = {k: v for k, v in posterior_variables(fit).items() if k not in ("W", "mu")}
+    if log_lik is not None:
+        quantities["log_lik"] = log_lik
+    chains = fit.loadings.shape[0]
+    worst_rhat, worst_ess = (None, 1.0), (None, np.inf)
+    for name, value in quantities.items():
+        series = value.reshape(*value.shape[:2], -1)
+        for j in range(series.shape[-1]):
+            s = series[..., j]
+            if np.ptp(s) == 0:
+                continue
+            rhat = float(az.rhat(s)) if chains > 1 or s.shape[1] >= 4 else 1.0
+            rhat = rhat if np.isfinite(rhat) else np.inf  # a stuck chain
+            ess = min(float(az.ess(s, method="bulk")), float(az.ess(s, method="tail", prob=0.9)))
+            label = name if series.shape[-1] == 1 else f"{name}[{j}]"
+            if rhat > worst_rhat[1]:
+                worst_rhat = (label, rhat)
+            if ess < worst_ess[1]:
+                worst_ess = (label, ess)
+    if worst_rhat[1] > 1.01:
+        messages.append(
+            f"R-hat of {worst_rhat[0]} is {worst_rhat[1]:.3f} > 1.01: the chains disagree. "
+            "Increase num_warmup and num_samples, run more chains, or check for several modes "
+            "(e.g. too many components: try fewer or prior='ard')."
+        )
+    if worst_ess[1] < min_ess_per_chain * chains:
+        messages.append(
+            f"Effective sample size of {worst_ess[0]} is {worst_ess[1]:.0f} < "
+            f"{min_ess_per_chain} per chain: increase num_samples."
+        )
+    for message in messages:
+        warnings.warn(message, SamplingWarning, stacklevel=3)
+    return messages

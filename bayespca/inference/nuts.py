@@ -356,6 +356,8 @@ def fit_nuts(
     >>> fit = fit_nuts(X, 1, num_warmup=100, num_samples=100, num_chains=1, random_state=0)
     >>> fit.loadings.shape, bool(0.6 < fit.noise.mean() < 1.4)
     ((1, 100, 3, 1), True)
+    >>> dict(to_datatree(fit, X)["log_likelihood"]["X"].sizes)
+    {'chain': 1, 'draw': 100, 'obs': 200}
     """
     if noise not in _DEFAULT_IDENTIFICATION:
         raise ValueError(f"noise must be 'isotropic' or 'diagonal'; got {noise!r}.")
@@ -551,13 +553,7 @@ def to_datatree(
     row), ``observed_data`` (``X``, NaN kept) and, on request,
     ``posterior_predictive`` (``X``: one replicated data set per draw).
 
-    Examples
-    --------
-    >>> rng = np.random.default_rng(0)
-    >>> X = rng.standard_normal((50, 1)) @ [[2.0, 1.0, -1.0]] + rng.standard_normal((50, 3))
-    >>> fit = fit_nuts(X, 1, num_warmup=50, num_samples=20, num_chains=1, random_state=0)
-    >>> dict(to_datatree(fit, X)["log_likelihood"]["X"].sizes)
-    {'chain': 1, 'draw': 20, 'obs': 50}
+    See the example of :func:`fit_nuts`.
     """
     from arviz_base import from_dict
 

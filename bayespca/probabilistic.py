@@ -145,7 +145,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
 
     def _fit_nuts(self, X, k, missing):
         """Run NUTS; the point estimate ``gaussian_`` is the posterior mean of ``(W, Psi, mu)``."""
-        from bayespca.inference.nuts import diagnose, fit_nuts, to_datatree
+        from bayespca.inference.nuts import diagnose, effective_components, fit_nuts, to_datatree
 
         fit = fit_nuts(
             X,
@@ -171,6 +171,8 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         stored = fit.loadings.shape[0] * fit.loadings.shape[1] * X.shape[0]
         self.posterior_ = to_datatree(fit, X, feature_names=names, log_likelihood=stored <= _MAX_POINTWISE)
         diagnose(fit, self.posterior_["posterior"]["log_lik"].values)
+        if fit.precision is not None:
+            self.n_effective_components_ = effective_components(fit, X.shape[0])
         g = LowRankGaussian(fit.loadings.mean((0, 1)), fit.noise.mean((0, 1)), fit.mean.mean((0, 1)))
         observed = None if missing is None else ~missing
         ll = float(np.sum(gaussian.log_prob(g, np.nan_to_num(X), observed)))
@@ -547,6 +549,9 @@ class PPCA(_LowRankGaussianModel):
     sample_stats_ : dict of ndarray (chain, draw)
         ``diverging``, ``n_steps`` (leapfrog steps), ``tree_depth``, ``lp``,
         ``acceptance_rate``.
+    n_effective_components_ : int
+        Only with ``prior="ard"``: components that ARD left active
+        (:func:`bayespca.inference.nuts.effective_components`).
     posterior_ : xarray.DataTree
         The ArviZ DataTree of :meth:`to_arviz` (without posterior predictive;
         without ``log_likelihood`` above 2e7 draw x row values). Fitting warns

@@ -63,6 +63,7 @@ __all__ = [
     "NUTSFit",
     "SamplingWarning",
     "diagnose",
+    "effective_components",
     "fit_nuts",
     "marginal_log_likelihood",
     "missing_patterns",
@@ -655,3 +656,18 @@ def diagnose(fit: NUTSFit, log_lik: np.ndarray | None = None, *, min_ess_per_cha
     for message in messages:
         warnings.warn(message, SamplingWarning, stacklevel=3)
     return messages
+
+
+def effective_components(fit: NUTSFit, n_samples: int) -> int:
+    """Number of components whose variance stands out of the noise (for ``prior="ard"``).
+
+    Component ``l`` is active when the posterior mean of its eigenvalue of
+    ``W W^T`` exceeds ``mean(psi) (2 sqrt(g) + g)``, ``g = d / n``: the
+    excess over the noise variance of the largest eigenvalue of a pure-noise
+    sample covariance (the Marchenko-Pastur edge ``psi (1 + sqrt(g))^2``).
+    ARD shrinks unused components far below it.
+    """
+    d = fit.loadings.shape[-2]
+    eig = (np.linalg.svd(fit.loadings, compute_uv=False) ** 2).mean((0, 1))
+    ratio = d / n_samples
+    return int(np.sum(eig > fit.noise.mean() * (2 * np.sqrt(ratio) + ratio)))

@@ -425,10 +425,13 @@ def fit_nuts(
     for (name, value), sub in zip(sorted(start.items()), keys, strict=True):
         value = np.asarray(value, dtype=float)
         jitter = np.asarray(jax.random.normal(sub, (num_chains, *value.shape)))
+        # A few posterior sds at most: the posterior narrows as 1/sqrt(n), and a start
+        # many sds away can leave a chain stuck through warm-up at large n.
+        size = 0.1 * min(1.0, 10.0 / np.sqrt(n))
         scale = (
-            0.1 / np.sqrt(d)
+            size / np.sqrt(d)
             if name == "Z"
-            else 0.1 * (np.sqrt(np.mean(value**2)) if name in ("W", "lower") else 1.0)
+            else size * (np.sqrt(np.mean(value**2)) if name in ("W", "lower") else 1.0)
         )
         init[name] = value + scale * jitter
     if num_chains == 1:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numbers
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
@@ -22,6 +23,9 @@ from bayespca.gaussian import LatentPosterior, LowRankGaussian
 __all__ = ["FactorAnalysis", "PPCA"]
 
 ROTATIONS = ("varimax", "quartimax", "promax", "oblimin")
+# Above this many (draw x row) values the pointwise log-likelihood is left out
+# of posterior_ (to_arviz(log_likelihood=True) still computes it).
+_MAX_POINTWISE = 20_000_000
 
 
 def _jax_key(random_state) -> jax.Array:
@@ -31,9 +35,7 @@ def _jax_key(random_state) -> jax.Array:
     if random_state is None or isinstance(random_state, np.random.Generator):
         seed = np.random.default_rng(random_state).integers(2**63)
         return jax.random.key(int(seed))
-    raise TypeError(
-        f"random_state must be None, an int or a numpy.random.Generator; got {random_state!r}."
-    )
+    raise TypeError(f"random_state must be None, an int or a numpy.random.Generator; got {random_state!r}.")
 
 
 class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -46,10 +48,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
     def _check_common(self, n: int, d: int, missing) -> tuple[int, str]:
         name = type(self).__name__
         if self.method not in self._methods:
-            raise ValueError(
-                f"method must be one of {list(self._methods)}; got {self.method!r}."
-                + (" NUTS arrives in a later release." if self.method == "nuts" else "")
-            )
+            raise ValueError(f"method must be one of {list(self._methods)}; got {self.method!r}.")
         method = self.method
         if method == "auto":
             method = self._auto_method(missing)
@@ -88,6 +87,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         X, missing = data
         n, d = X.shape
         k, method = self._check_common(n, d, missing)
+        self.nuts_ = None
         options = {}
         if self.tol is not None:
             options["tol"] = float(self.tol)
@@ -105,6 +105,9 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
             fit = fit_em(X, k, noise=self._noise, floor=self.noise_floor, **options)
             g, ll, trace, n_iter, converged = fit[:5]
             at_floor = fit.at_floor
+        elif method == "nuts":
+            g, ll, trace, n_iter, converged = self._fit_nuts(X, k, missing)
+            at_floor = np.zeros(d, dtype=bool)
         else:
             from bayespca.inference.svi import fit_svi
 
@@ -113,8 +116,14 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
             if self.learning_rate is not None:
                 options["learning_rate"] = float(self.learning_rate)
             result = fit_svi(
-                X, k, noise=self._noise, guide=self.guide, batch_size=self.batch_size,
-                random_state=self.random_state, progress_bar=self.progress_bar, **options,
+                X,
+                k,
+                noise=self._noise,
+                guide=self.guide,
+                batch_size=self.batch_size,
+                random_state=self.random_state,
+                progress_bar=self.progress_bar,
+                **options,
             )
             g = gaussian.canonical_loadings(result.gaussian)
             observed = None if missing is None else ~missing
@@ -122,9 +131,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
             trace, n_iter, converged = np.array([ll]), int(result.n_steps), bool(result.converged)
             at_floor = np.zeros(d, dtype=bool)
             self.svi_losses_ = np.asarray(result.losses)
-        self.gaussian_ = LowRankGaussian(
-            np.asarray(g.loadings), np.asarray(g.noise), np.asarray(g.mean)
-        )
+        self.gaussian_ = LowRankGaussian(np.asarray(g.loadings), np.asarray(g.noise), np.asarray(g.mean))
         self.mean_ = self.gaussian_.mean
         self.n_components_ = k
         self.method_ = method
@@ -136,6 +143,98 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
 
     def _max_components(self, d: int, method: str) -> int:
         return d
+
+    def _fit_nuts(self, X, k, missing):
+        """Run NUTS; the point estimate ``gaussian_`` is the posterior mean of ``(W, Psi, mu)``."""
+        from bayespca.inference.nuts import diagnose, effective_components, fit_nuts, to_datatree
+
+        fit = fit_nuts(
+            X,
+            k,
+            noise=self._noise,
+            identification=self.identification,
+            priors=self.prior,
+            num_warmup=self.num_warmup,
+            num_samples=self.num_samples,
+            num_chains=self.num_chains,
+            chain_method=self.chain_method,
+            target_accept_prob=self.target_accept_prob,
+            random_state=self.random_state,
+            progress_bar=self.progress_bar,
+        )
+        self.nuts_ = fit
+        self.loadings_samples_ = fit.loadings
+        self.noise_variance_samples_ = fit.noise if self._noise == "diagonal" else fit.noise[..., 0]
+        self.mean_samples_ = fit.mean
+        self.sample_stats_ = fit.sample_stats
+        self.identification_ = fit.identification
+        names = getattr(self, "feature_names_in_", None)
+        stored = fit.loadings.shape[0] * fit.loadings.shape[1] * X.shape[0]
+        self.posterior_ = to_datatree(fit, X, feature_names=names, log_likelihood=stored <= _MAX_POINTWISE)
+        diagnose(fit, self.posterior_["posterior"]["log_lik"].values)
+        if fit.precision is not None:
+            self.n_effective_components_ = effective_components(fit, X.shape[0])
+        g = LowRankGaussian(fit.loadings.mean((0, 1)), fit.noise.mean((0, 1)), fit.mean.mean((0, 1)))
+        observed = None if missing is None else ~missing
+        ll = float(np.sum(gaussian.log_prob(g, np.nan_to_num(X), observed)))
+        n_draws = fit.loadings.shape[0] * fit.loadings.shape[1]
+        return g, ll, np.array([ll]), n_draws, bool(not fit.sample_stats["diverging"].any())
+
+    def _draws(self, num_samples=None, random_state=None) -> LowRankGaussian:
+        """Posterior draws of ``(W, Psi, mu)`` (all, or ``num_samples`` picked at random)."""
+        g = self.nuts_.gaussians()
+        if num_samples is None:
+            return g
+        total = g.loadings.shape[0]
+        rng = np.random.default_rng(random_state)
+        idx = rng.choice(total, size=num_samples, replace=num_samples > total)
+        return LowRankGaussian(*(np.asarray(a)[idx] for a in g))
+
+    def to_arviz(self, *, log_likelihood=True, posterior_predictive=False, random_state=None):
+        """The posterior as an ArviZ DataTree (see :func:`bayespca.inference.nuts.to_datatree`).
+
+        Groups ``posterior`` (dims chain, draw, feature, component; feature
+        coordinates from ``feature_names_in_``), ``sample_stats``,
+        ``log_likelihood`` (marginal ``log p(x_i | W, Psi, mu)``, dims
+        (chain, draw, obs)), ``observed_data`` and, when
+        ``posterior_predictive``, replicated data sets. Needs ``method="nuts"``.
+        """
+        self._check_nuts("to_arviz")
+        from bayespca.inference.nuts import to_datatree
+
+        X = self.posterior_["observed_data"]["X"].values
+        return to_datatree(
+            self.nuts_,
+            X,
+            feature_names=getattr(self, "feature_names_in_", None),
+            log_likelihood=log_likelihood,
+            posterior_predictive=posterior_predictive,
+            random_state=random_state,
+        )
+
+    def summary(self, ci_prob=0.89):
+        """Posterior summary: invariant quantities, then identified loadings (a DataFrame).
+
+        Rows: the noise variances (``sigma2`` or ``psi``), ``eigenvalues`` of
+        ``W W^T``, ``log_lik`` (total log-likelihood) -- meaningful under any
+        identification -- then ``W`` (meaningful when identified, see
+        ``identification_``) and ``alpha`` with ``prior="ard"``. Columns from
+        ``arviz.summary``: mean, sd, equal-tailed interval, ess_bulk,
+        ess_tail, r_hat, mcse.
+        """
+        self._check_nuts("summary")
+        import arviz as az
+
+        noise = "sigma2" if self._noise == "isotropic" else "psi"
+        names = [noise, "eigenvalues", "log_lik", "W"]
+        if "alpha" in self.posterior_["posterior"]:
+            names.append("alpha")
+        return az.summary(self.posterior_, var_names=names, ci_kind="eti", ci_prob=ci_prob)
+
+    def _check_nuts(self, what):
+        check_is_fitted(self, "gaussian_")
+        if getattr(self, "nuts_", None) is None:
+            raise ValueError(f"{what} needs a posterior: fit with method='nuts' (got {self.method_!r}).")
 
     # ------------------------------------------------- rotation of the factors
     def _rotation(self) -> np.ndarray | None:
@@ -174,11 +273,45 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         """
         check_is_fitted(self, "gaussian_")
         X, missing = validate_transform(self, X, allow_nan=True)
-        if missing is None:
+        observed = None if missing is None else ~missing
+        if getattr(self, "nuts_", None) is not None:
+            post = _posterior_mixture_moments(self._draws(), np.nan_to_num(X), observed)
+        elif missing is None:
             post = gaussian.latent_posterior(self.gaussian_, X)
         else:
             post = gaussian.latent_posterior(self.gaussian_, np.nan_to_num(X), ~missing)
         return self._rotate_posterior(post)
+
+    def sample_latent(self, X, num_samples=100, random_state=None):
+        """Draws of the latent factors ``z_i`` from their posterior, shape (num_samples, n, k).
+
+        Each draw picks a posterior draw ``(W, Psi, mu)`` of the parameters at
+        random and then ``z_i ~ p(z | x_i, W, Psi, mu)`` (Gaussian, see
+        :meth:`latent_posterior`), so the spread includes the uncertainty of
+        the parameters. Rows with missing entries (NaN) condition on their
+        observed entries. Needs ``method="nuts"``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        num_samples : int, default=100
+        random_state : int, numpy Generator or None
+        """
+        self._check_nuts("sample_latent")
+        if (
+            isinstance(num_samples, bool)
+            or not isinstance(num_samples, numbers.Integral)
+            or (num_samples < 1)
+        ):
+            raise ValueError(f"num_samples must be an int >= 1; got {num_samples!r}.")
+        X, missing = validate_transform(self, X, allow_nan=True)
+        observed = None if missing is None else ~missing
+        rng = np.random.default_rng(random_state)
+        draws = self._draws(int(num_samples), rng)
+        key = _jax_key(rng)
+        z = np.asarray(_sample_latent(draws, np.nan_to_num(X), observed, key))
+        r = self._rotation()
+        return z if r is None else z @ np.linalg.inv(r).T
 
     def transform(self, X):
         """Posterior mean of the latent factors, ``E[z | x]``, shape (n_samples, n_components).
@@ -208,11 +341,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
             Seed of the JAX key (None: fresh entropy).
         """
         check_is_fitted(self, "gaussian_")
-        if (
-            isinstance(n_samples, bool)
-            or not isinstance(n_samples, numbers.Integral)
-            or n_samples < 1
-        ):
+        if isinstance(n_samples, bool) or not isinstance(n_samples, numbers.Integral) or n_samples < 1:
             raise ValueError(f"n_samples must be an int >= 1; got {n_samples!r}.")
         key = _jax_key(random_state)
         return np.asarray(gaussian.sample(self.gaussian_, key, int(n_samples)))
@@ -280,6 +409,51 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         return tags
 
 
+def _one_posterior(g, X, observed):
+    post = gaussian.latent_posterior(g, X, observed)
+    cov = (
+        post.covariance
+        if observed is not None
+        else jnp.broadcast_to(post.covariance, (X.shape[0], *post.covariance.shape))
+    )
+    return post.mean, cov
+
+
+@jax.jit
+def _mixture_moments(draws, X, observed):
+    def add(carry, g):
+        mean, cov = _one_posterior(LowRankGaussian(*g), X, observed)
+        return (carry[0] + mean, carry[1] + cov + mean[:, :, None] * mean[:, None, :]), None
+
+    n, k = X.shape[0], draws.loadings.shape[-1]
+    zero = (jnp.zeros((n, k)), jnp.zeros((n, k, k)))
+    (first, second), _ = jax.lax.scan(add, zero, tuple(draws))
+    m = draws.loadings.shape[0]
+    mean = first / m
+    return mean, second / m - mean[:, :, None] * mean[:, None, :]
+
+
+def _posterior_mixture_moments(draws, X, observed) -> LatentPosterior:
+    """Mean and covariance of ``z_i`` under the posterior: ``E_theta`` of the per-draw moments.
+
+    ``E[z] = E_theta[m_theta]``, ``Cov[z] = E_theta[C_theta + m m^T] - E[z] E[z]^T``.
+    """
+    mean, cov = _mixture_moments(draws, jnp.asarray(X), observed)
+    return LatentPosterior(np.asarray(mean), np.asarray(cov))
+
+
+@jax.jit
+def _sample_latent(draws, X, observed, key):
+    keys = jax.random.split(key, draws.loadings.shape[0])
+
+    def one(g, key):
+        mean, cov = _one_posterior(LowRankGaussian(*g), X, observed)
+        eps = jax.random.normal(key, mean.shape)
+        return mean + jnp.einsum("nij,nj->ni", jnp.linalg.cholesky(cov), eps)
+
+    return jax.lax.map(lambda a: one(a[0], a[1]), (tuple(draws), keys))
+
+
 class PPCA(_LowRankGaussianModel):
     """Probabilistic PCA by maximum likelihood, with missing values.
 
@@ -293,14 +467,16 @@ class PPCA(_LowRankGaussianModel):
         ``k`` in ``[1, n_features]``. None: ``min(n_samples - 1, n_features) - 1``
         (at least 1), the largest ``k`` that leaves a positive noise variance
         for data in general position.
-    method : {"auto", "closed_form", "em", "svi"}, default="auto"
+    method : {"auto", "closed_form", "em", "svi", "nuts"}, default="auto"
         ``"closed_form"``: eigendecomposition, exact ML with the true
         denominator ``n`` (:func:`bayespca.inference.closed_form.ppca_closed_form`);
         ``"em"``: EM, exact with missing values
         (:func:`bayespca.inference.em.fit_em`); ``"svi"``: NumPyro SVI on the
         marginal model (:func:`bayespca.inference.svi.fit_svi`; MAP with
         ``guide="delta"``, so its priors shift the answer slightly);
-        ``"auto"``: closed form for complete data, EM when X has NaN.
+        ``"auto"``: closed form for complete data, EM when X has NaN;
+        ``"nuts"``: the full posterior by NUTS on the marginal model
+        (:func:`bayespca.inference.nuts.fit_nuts`).
     tol : float or None, default=None
         Convergence tolerance of EM (relative log-likelihood gain still to
         come; default 1e-10, or 1e-8 with missing values) or SVI; None: the
@@ -319,7 +495,20 @@ class PPCA(_LowRankGaussianModel):
     random_state : int, numpy Generator or None, default=None
         SVI seed.
     progress_bar : bool, default=False
-        SVI progress bar.
+        SVI / NUTS progress bar.
+    prior : None, "flat", "ard", Priors or dict, default=None
+        NUTS priors (:func:`bayespca.inference.nuts.fit_nuts`): None for the
+        scale-aware defaults of :func:`bayespca.models.default_priors`;
+        ``"ard"`` for Bishop's Bayesian PCA (a Gamma-distributed precision per
+        column of ``W``).
+    identification : {None, "polar", "lower_triangular", "procrustes", "none"}, default=None
+        How NUTS identifies ``W`` (None: ``"polar"`` for PPCA,
+        ``"lower_triangular"`` for FactorAnalysis); see
+        :mod:`bayespca.inference.nuts`.
+    num_warmup, num_samples, num_chains : int, default=500, 500, 4
+        NUTS warm-up and kept draws per chain, and number of chains.
+    chain_method : {"sequential", "parallel", "vectorized"}, default="sequential"
+    target_accept_prob : float, default=0.9
 
     Attributes
     ----------
@@ -342,12 +531,33 @@ class PPCA(_LowRankGaussianModel):
         Log-likelihood after each EM cycle (non-decreasing); one entry for
         the closed form and SVI.
     n_iter_ : int
-        EM updates or SVI steps (1 for the closed form).
+        EM updates or SVI steps (1 for the closed form; NUTS: draws kept).
     converged_ : bool
     method_ : str
         The method that ran.
     svi_losses_ : ndarray
         Only for ``method="svi"``: the SVI loss (negative ELBO) per step.
+    nuts_ : NUTSFit or None
+        Only for ``method="nuts"``: the posterior draws and sampler
+        statistics (:class:`bayespca.inference.nuts.NUTSFit`). The point
+        estimate ``gaussian_`` (hence ``components_``, ``noise_variance_``,
+        ``score``, ``impute``, ``sample``, covariance) is then the posterior
+        mean of ``(W, Psi, mu)`` with identified ``W``; ``transform`` and
+        ``latent_posterior`` average over all draws instead (posterior mean
+        and covariance of ``z``), and ``sample_latent`` draws ``z``.
+    loadings_samples_, noise_variance_samples_, mean_samples_ : ndarray
+        NUTS draws with leading dims (chain, draw).
+    sample_stats_ : dict of ndarray (chain, draw)
+        ``diverging``, ``n_steps`` (leapfrog steps), ``tree_depth``, ``lp``,
+        ``acceptance_rate``.
+    n_effective_components_ : int
+        Only with ``prior="ard"``: components that ARD left active
+        (:func:`bayespca.inference.nuts.effective_components`).
+    posterior_ : xarray.DataTree
+        The ArviZ DataTree of :meth:`to_arviz` (without posterior predictive;
+        without ``log_likelihood`` above 2e7 draw x row values). Fitting warns
+        (``SamplingWarning``) on divergences, R-hat > 1.01 or low ESS of the
+        invariant quantities.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Only when fitted on a DataFrame with string column names.
@@ -378,7 +588,7 @@ class PPCA(_LowRankGaussianModel):
     """
 
     _noise = "isotropic"
-    _methods = ("auto", "closed_form", "em", "svi")
+    _methods = ("auto", "closed_form", "em", "svi", "nuts")
 
     def __init__(
         self,
@@ -393,6 +603,13 @@ class PPCA(_LowRankGaussianModel):
         batch_size=None,
         random_state=None,
         progress_bar=False,
+        prior=None,
+        identification=None,
+        num_warmup=500,
+        num_samples=500,
+        num_chains=4,
+        chain_method="sequential",
+        target_accept_prob=0.9,
     ):
         self.n_components = n_components
         self.method = method
@@ -404,6 +621,13 @@ class PPCA(_LowRankGaussianModel):
         self.batch_size = batch_size
         self.random_state = random_state
         self.progress_bar = progress_bar
+        self.prior = prior
+        self.identification = identification
+        self.num_warmup = num_warmup
+        self.num_samples = num_samples
+        self.num_chains = num_chains
+        self.chain_method = chain_method
+        self.target_accept_prob = target_accept_prob
 
     def _auto_method(self, missing) -> str:
         return "closed_form" if missing is None else "em"
@@ -441,10 +665,11 @@ class FactorAnalysis(_LowRankGaussianModel):
         Number of factors ``k`` in ``[1, n_features - 1]``. None:
         ``min(n_samples - 1, n_features) - 1`` (at least 1). The model is
         identified only when ``(d - k)^2 >= d + k``.
-    method : {"auto", "em", "svi"}, default="auto"
+    method : {"auto", "em", "svi", "nuts"}, default="auto"
         ``"em"``: EM (Rubin & Thayer) with SQUAREM acceleration, exact with
         missing values (:func:`bayespca.inference.em.fit_em`); ``"svi"``:
-        NumPyro SVI (:func:`bayespca.inference.svi.fit_svi`); ``"auto"``: EM.
+        NumPyro SVI (:func:`bayespca.inference.svi.fit_svi`); ``"nuts"``: full
+        posterior (:func:`bayespca.inference.nuts.fit_nuts`); ``"auto"``: EM.
     rotation : {None, "varimax", "quartimax", "promax", "oblimin"}, default=None
         Rotation of the loadings (:func:`bayespca.rotations.rotate`, Kaiser
         normalised). It changes ``loadings_``, ``components_`` and the factor
@@ -460,6 +685,8 @@ class FactorAnalysis(_LowRankGaussianModel):
         the bound are listed in ``heywood_features_`` and warned about.
     guide, learning_rate, batch_size, random_state, progress_bar
         SVI options, as in :class:`PPCA`.
+    prior, identification, num_warmup, num_samples, num_chains, chain_method, target_accept_prob
+        NUTS options, as in :class:`PPCA`.
 
     Attributes
     ----------
@@ -483,7 +710,8 @@ class FactorAnalysis(_LowRankGaussianModel):
     gaussian_ : LowRankGaussian
         The fitted distribution, with the unrotated ``W``.
     log_likelihood_, loglike_trace_, n_iter_, converged_, method_,
-    n_features_in_, feature_names_in_
+    n_features_in_, feature_names_in_, nuts_, loadings_samples_,
+    noise_variance_samples_, mean_samples_, sample_stats_
         As in :class:`PPCA`.
 
     References
@@ -504,7 +732,7 @@ class FactorAnalysis(_LowRankGaussianModel):
     """
 
     _noise = "diagonal"
-    _methods = ("auto", "em", "svi")
+    _methods = ("auto", "em", "svi", "nuts")
 
     def __init__(
         self,
@@ -520,6 +748,13 @@ class FactorAnalysis(_LowRankGaussianModel):
         batch_size=None,
         random_state=None,
         progress_bar=False,
+        prior=None,
+        identification=None,
+        num_warmup=500,
+        num_samples=500,
+        num_chains=4,
+        chain_method="sequential",
+        target_accept_prob=0.9,
     ):
         self.n_components = n_components
         self.method = method
@@ -532,6 +767,13 @@ class FactorAnalysis(_LowRankGaussianModel):
         self.batch_size = batch_size
         self.random_state = random_state
         self.progress_bar = progress_bar
+        self.prior = prior
+        self.identification = identification
+        self.num_warmup = num_warmup
+        self.num_samples = num_samples
+        self.num_chains = num_chains
+        self.chain_method = chain_method
+        self.target_accept_prob = target_accept_prob
 
     def _auto_method(self, missing) -> str:
         return "em"
@@ -558,9 +800,7 @@ class FactorAnalysis(_LowRankGaussianModel):
         self
         """
         if self.rotation is not None and self.rotation not in ROTATIONS:
-            raise ValueError(
-                f"rotation must be None or one of {list(ROTATIONS)}; got {self.rotation!r}."
-            )
+            raise ValueError(f"rotation must be None or one of {list(ROTATIONS)}; got {self.rotation!r}.")
         at_floor = self._fit_gaussian(X)
         w = self.gaussian_.loadings
         k = w.shape[1]
@@ -570,9 +810,7 @@ class FactorAnalysis(_LowRankGaussianModel):
             from bayespca.rotations import rotate
 
             rot = rotate(w, self.rotation)
-            loadings, r, phi = (
-                np.asarray(a) for a in (rot.loadings, rot.matrix, rot.factor_correlation)
-            )
+            loadings, r, phi = (np.asarray(a) for a in (rot.loadings, rot.matrix, rot.factor_correlation))
         self.loadings_ = loadings
         self.components_ = loadings.T
         self.rotation_matrix_ = r

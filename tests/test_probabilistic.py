@@ -340,8 +340,8 @@ def test_ppca_svi_map_reaches_closed_form():
 @pytest.mark.parametrize(
     ("model", "match"),
     [
-        (PPCA(method="nuts"), "method must be one of \\['auto', 'closed_form', 'em', 'svi'\\]"),
-        (FactorAnalysis(method="closed_form"), "method must be one of \\['auto', 'em', 'svi'\\]"),
+        (PPCA(method="mcmc"), "method must be one of \\['auto', 'closed_form', 'em', 'svi', 'nuts'\\]"),
+        (FactorAnalysis(method="closed_form"), "method must be one of \\['auto', 'em', 'svi', 'nuts'\\]"),
         (PPCA(9), "n_components must be None or an int in \\[1, 8\\]"),
         (PPCA(0), "n_components must be"),
         (FactorAnalysis(8), "n_components must be None or an int in \\[1, 7\\]"),

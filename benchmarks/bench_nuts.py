@@ -1,0 +1,124 @@
+"""ESS per second and leapfrog steps per draw: bayespca's NUTS against naive NumPyro models.
+
+Run: PYTHONPATH=. python benchmarks/bench_nuts.py [--quick]
+
+Models, all on the same data (n=1000, d=20, k=3) in the same process, one chain each:
+
+* ``bayespca``: :func:`bayespca.inference.nuts.fit_nuts` (sufficient statistics, polar
+  identification, dense mass), also at n=100000;
+* ``explicit z``: NumPyro NUTS on :func:`bayespca.models.ppca` with ``latent="explicit"``;
+* ``row-by-row``: NumPyro NUTS on a marginal model with one ``MultivariateNormal`` per row.
+
+ESS/s = minimum ESS (bulk and tail) over the invariant quantities (sigma^2 and the
+eigenvalues of W W^T), and separately over the identified loadings (bayespca's only; the
+naive models' W is not identified), divided by the wall time of the run (compilation
+included, as a user experiences it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import time
+
+import arviz as az
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from numpyro.infer import MCMC, NUTS
+
+from bayespca.inference.nuts import fit_nuts
+from bayespca.models import ppca
+
+
+def _data(n, d=20, k=3, seed=0):
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=(d, k)) * np.array([3.0, 2.0, 1.5])
+    return rng.normal(size=(n, k)) @ w.T + 0.7 * rng.normal(size=(n, d)) + 5.0
+
+
+def _min_ess(series_list):
+    out = np.inf
+    for s in series_list:
+        s = np.asarray(s)[None] if np.ndim(s) == 1 else np.asarray(s)
+        out = min(out, float(az.ess(s, method="bulk")), float(az.ess(s, method="tail", prob=0.9)))
+    return out
+
+
+def _invariants(w, sigma2):
+    eig = np.linalg.svd(w, compute_uv=False) ** 2  # (..., k)
+    return [sigma2, *np.moveaxis(eig, -1, 0)]
+
+
+def row_by_row(X, k):
+    n, d = X.shape
+    s = float(np.sqrt(np.mean(np.var(X, axis=0))))
+    W = numpyro.sample("W", dist.Normal(0.0, s).expand((d, k)).to_event(2))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(s))
+    mu = numpyro.sample("mu", dist.Normal(jnp.mean(X, 0), 10 * s).to_event(1))
+    cov = W @ W.T + sigma**2 * jnp.eye(d)
+    with numpyro.plate("obs", n):
+        numpyro.sample("X", dist.MultivariateNormal(mu, cov), obs=X)
+
+
+def _naive(model, X, warmup, samples, seed):
+    mcmc = MCMC(NUTS(model), num_warmup=warmup, num_samples=samples, progress_bar=False)
+    start = time.perf_counter()
+    mcmc.run(jax.random.key(seed), X, extra_fields=("num_steps",))
+    s = mcmc.get_samples()
+    jax.block_until_ready(s)
+    wall = time.perf_counter() - start
+    inv = _invariants(np.asarray(s["W"]), np.asarray(s["sigma"]) ** 2)
+    steps = float(np.median(mcmc.get_extra_fields()["num_steps"]))
+    return wall, steps, _min_ess(inv), np.nan
+
+
+def _ours(X, warmup, samples, seed):
+    start = time.perf_counter()
+    fit = fit_nuts(X, 3, num_warmup=warmup, num_samples=samples, num_chains=1, random_state=seed)
+    wall = time.perf_counter() - start
+    inv = _invariants(fit.loadings[0], fit.noise[0, :, 0])
+    loadings = fit.loadings[0].reshape(samples, -1).T
+    steps = float(np.median(fit.sample_stats["n_steps"]))
+    return wall, steps, _min_ess(inv), _min_ess(loadings)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument(
+        "--quick", action="store_true", help="200+200 draws (naive models 100+100), skip explicit z"
+    )
+    args = parser.parse_args()
+    warmup = samples = 200 if args.quick else 500
+    naive = 100 if args.quick else warmup
+    X = _data(1000)
+    print(f"bayespca {warmup}+{samples} draws, naive models {naive}+{naive}; 1 chain; wall includes compile")
+    print(
+        f"{'model':24s} {'wall s':>8s} {'steps/draw':>10s} {'minESS inv':>10s} {'ESS/s inv':>9s} "
+        f"{'ESS/s W':>8s} {'ours/this':>9s}",
+        flush=True,
+    )
+    runs = [
+        ("bayespca n=1000", lambda: _ours(X, warmup, samples, 0)),
+        ("bayespca n=100000", lambda: _ours(_data(100_000), warmup, samples, 0)),
+        ("row-by-row MVN n=1000", lambda: _naive(functools.partial(row_by_row, k=3), X, naive, naive, 0)),
+    ]
+    if not args.quick:
+        explicit = functools.partial(ppca, n_components=3, latent="explicit")
+        runs.append(("explicit z n=1000", lambda: _naive(explicit, X, naive, naive, 0)))
+    base = None
+    for name, run in runs:
+        wall, steps, ess_inv, ess_w = run()
+        rate = ess_inv / wall
+        base = rate if base is None else base
+        print(
+            f"{name:24s} {wall:8.1f} {steps:10.0f} {ess_inv:10.0f} {rate:9.2f} "
+            f"{ess_w / wall:8.2f} {base / rate:9.1f}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""PPCA / FactorAnalysis with method="nuts": point estimates, latent draws, ArviZ output."""
+
+import warnings
+
+import arviz as az
+import numpy as np
+import pytest
+
+from bayespca import gaussian
+from bayespca.inference.nuts import SamplingWarning
+from bayespca.probabilistic import PPCA, FactorAnalysis
+
+
+def _data(n=300, d=5, k=2, noise_sd=0.5, seed=0):
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=(d, k)) * np.linspace(2.5, 1.5, k)
+    return rng.normal(size=(n, k)) @ w.T + noise_sd * rng.normal(size=(n, d)) + 1.0
+
+
+@pytest.fixture(scope="module")
+def tight():
+    """A posterior so tight (n = 10000, 1% missing) that it is nearly a point mass at the ML fit."""
+    X = _data(n=10_000, seed=1)
+    X[np.random.default_rng(1).random(X.shape) < 0.01] = np.nan
+    model = PPCA(
+        2,
+        method="nuts",
+        identification="procrustes",
+        num_warmup=200,
+        num_samples=200,
+        num_chains=1,
+        random_state=0,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)  # one short chain
+        model.fit(X)
+    return X, model
+
+
+def test_large_n_posterior_concentrates_on_ml(tight):
+    X, model = tight
+    assert np.allclose(model.components_.T, model.loadings_samples_.mean((0, 1)))
+    assert model.noise_variance_ == pytest.approx(model.noise_variance_samples_.mean())
+    ml = PPCA(2, method="em").fit(X)  # NaN present: EM, exact ML with missing values
+    assert model.noise_variance_ == pytest.approx(ml.noise_variance_, rel=0.02)
+    # Polar draws (ordered scales, signs fixed) sit around the ML loadings, not a rotation of them.
+    sd = model.loadings_samples_.std((0, 1))
+    assert np.all(np.abs(model.components_.T - ml.components_.T) < 4 * sd)
+    assert np.allclose(model.components_, ml.components_, atol=0.03)
+
+
+def test_sample_latent_matches_analytic_posterior(tight):
+    X, model = tight
+    new = X[:3] + 0.1
+    new[1, 2] = np.nan
+    z = model.sample_latent(new, num_samples=4000, random_state=0)
+    assert z.shape == (4000, 3, 2)
+    observed = ~np.isnan(new)
+    post = gaussian.latent_posterior(model.gaussian_, np.nan_to_num(new), observed)
+    sd = np.sqrt(np.diagonal(post.covariance, axis1=1, axis2=2))
+    assert np.all(np.abs(z.mean(0) - post.mean) < 5 * sd / np.sqrt(4000) + 0.01 * sd)
+    for i in range(3):
+        assert np.allclose(np.cov(z[:, i].T), post.covariance[i], rtol=0.1, atol=0.02)
+    # transform is the posterior mean of z, averaged over the parameter draws.
+    assert np.allclose(model.transform(new), post.mean, atol=0.01 * sd.max() + 1e-3)
+
+
+def test_sample_latent_spread_includes_parameter_uncertainty(small):
+    X, model = small
+    row = X.iloc[1:2]
+    z = model.sample_latent(row, num_samples=3000, random_state=1)
+    post = model.latent_posterior(row)
+    # The latent_posterior covariance is the mixture covariance: E[C_theta] + Cov[m_theta].
+    assert np.allclose(np.cov(z[:, 0].T), post.covariance[0], rtol=0.15, atol=0.01)
+    plug_in = gaussian.latent_posterior(model.gaussian_, row.to_numpy())
+    assert np.trace(post.covariance[0]) > np.trace(plug_in.covariance)
+
+
+def test_factor_analysis_lower_triangular_converges_and_covers_truth():
+    rng = np.random.default_rng(4)
+    w = rng.normal(size=(6, 2)) * 1.5
+    psi = rng.uniform(0.3, 1.0, 6)
+    X = rng.normal(size=(400, 2)) @ w.T + rng.normal(size=(400, 6)) * np.sqrt(psi)
+    fa = FactorAnalysis(
+        2,
+        method="nuts",
+        num_warmup=300,
+        num_samples=300,
+        num_chains=4,
+        chain_method="vectorized",
+        random_state=1,
+    ).fit(X)
+    draws = fa.loadings_samples_
+    assert fa.identification_ == "lower_triangular"
+    assert fa.sample_stats_["diverging"].sum() == 0
+    assert np.all(draws[:, :, 0, 1] == 0) and np.all(draws[:, :, [0, 1], [0, 1]] > 0)
+    noise = fa.noise_variance_samples_.reshape(-1, 6)
+    assert np.max(np.abs((noise.mean(0) - psi) / noise.std(0))) < 4.5
+    wwt = np.einsum("cmdk,cmek->cmde", draws, draws).reshape(-1, 6, 6)
+    assert np.max(np.abs((wwt.mean(0) - w @ w.T) / wwt.std(0))) < 4.5
+    for series in np.moveaxis(draws.reshape(4, 300, -1), -1, 0):
+        if series.std() > 0:
+            assert az.rhat(series) < 1.01
+
+
+def test_sample_latent_needs_nuts():
+    X = _data()
+    with pytest.raises(ValueError, match="method='nuts'"):
+        PPCA(2).fit(X).sample_latent(X)
+
+
+# ------------------------------------------------------------------ ArviZ
+@pytest.fixture(scope="module")
+def small():
+    import pandas as pd
+
+    X = pd.DataFrame(_data(n=60, d=4, seed=4), columns=["a", "b", "c", "d"])
+    X.iloc[0, 1] = np.nan
+    model = PPCA(
+        2,
+        method="nuts",
+        num_warmup=150,
+        num_samples=100,
+        num_chains=2,
+        chain_method="vectorized",
+        random_state=2,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)  # a deliberately short run
+        model.fit(X)
+    return X, model
+
+
+def test_log_likelihood_group_is_marginal_density(small):
+    from scipy.stats import multivariate_normal
+
+    X, model = small
+    tree = model.to_arviz()
+    ll = tree["log_likelihood"]["X"]
+    assert ll.dims == ("chain", "draw", "obs") and ll.shape == (2, 100, 60)
+    post = tree["posterior"]
+    assert list(post["W"].dims) == ["chain", "draw", "feature", "component"]
+    assert list(post["feature"].values) == ["a", "b", "c", "d"]
+    values = X.to_numpy()
+    for c, m in [(0, 0), (1, 57)]:
+        w = post["W"].values[c, m]
+        cov = w @ w.T + post["sigma2"].values[c, m] * np.eye(4)
+        mu = post["mu"].values[c, m]
+        for i in (0, 1, 30):
+            o = ~np.isnan(values[i])
+            ref = multivariate_normal(mu[o], cov[np.ix_(o, o)]).logpdf(values[i, o])
+            assert ll.values[c, m, i] == pytest.approx(ref, rel=1e-10)
+
+
+def test_loo_invariant_to_rotating_draws(small):
+    import arviz as az
+
+    _, model = small
+    tree = model.to_arviz()
+    elpd = az.loo(tree).elpd
+    rng = np.random.default_rng(0)
+    fit = model.nuts_
+    q = np.linalg.qr(rng.normal(size=(*fit.loadings.shape[:2], 2, 2)))[0]
+    rotated = type(fit)(**{**fit.__dict__, "loadings": fit.loadings @ q})
+    from bayespca.inference.nuts import to_datatree
+
+    rot_tree = to_datatree(rotated, tree["observed_data"]["X"].values)
+    assert az.loo(rot_tree).elpd == pytest.approx(elpd, rel=1e-10)
+    assert not np.allclose(rot_tree["posterior"]["W"].values, tree["posterior"]["W"].values)
+
+
+def test_summary(small):
+    _, model = small
+    table = model.summary()
+    assert {"mean", "sd", "ess_bulk", "ess_tail", "r_hat"} <= set(table.columns)
+    assert float(table.loc["sigma2", "mean"]) == pytest.approx(model.noise_variance_, rel=0.01)
+    eig = np.linalg.svd(model.loadings_samples_, compute_uv=False) ** 2
+    assert float(table.loc["eigenvalues[0]", "mean"]) == pytest.approx(eig[..., 0].mean(), rel=0.01)
+    assert "W[a, 0]" in table.index
+
+
+def test_netcdf_round_trip(small, tmp_path):
+    pytest.importorskip("h5netcdf")
+    import xarray as xr
+
+    _, model = small
+    path = tmp_path / "post.nc"
+    model.posterior_.to_netcdf(path)
+    back = xr.open_datatree(path)
+    assert np.array_equal(back["log_likelihood"]["X"].values, model.posterior_["log_likelihood"]["X"].values)
+
+
+def test_posterior_predictive_moments(small):
+    _, model = small
+    tree = model.to_arviz(posterior_predictive=True, random_state=0)
+    reps = tree["posterior_predictive"]["X"].values
+    assert reps.shape == (2, 100, 60, 4)
+    # Pooled over draws, the replicated data have the posterior-averaged covariance.
+    w = model.loadings_samples_
+    avg = np.einsum("cmdk,cmek->de", w, w) / 200 + model.noise_variance_samples_.mean() * np.eye(4)
+    emp = np.cov(reps.reshape(-1, 4).T)
+    assert np.allclose(emp, avg, rtol=0.1, atol=0.1)
+
+
+def test_ard_keeps_three_of_eight_components():
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(10, 3)) * np.array([2.5, 2.0, 1.5])
+    X = rng.normal(size=(300, 3)) @ w.T + 0.5 * rng.normal(size=(300, 10))
+    model = PPCA(8, method="nuts", prior="ard", num_warmup=150, num_samples=100, num_chains=1, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)  # one short chain
+        model.fit(X)
+    assert model.n_effective_components_ == 3
+    # The shrunk components carry far less variance than the smallest true one.
+    eig = np.sort(np.linalg.svd(model.loadings_samples_, compute_uv=False).mean((0, 1)) ** 2)[::-1]
+    true = np.linalg.svd(w, compute_uv=False) ** 2
+    assert eig[3] < 0.05 * true[2]
+    assert model.noise_variance_ == pytest.approx(0.25, rel=0.15)

@@ -49,7 +49,9 @@ def test_log_likelihood_equals_per_row_numpyro(frac_missing, max_patterns):
 def ppca_fit():
     X, w = _data(400, 6, 2, 0.6, seed=3)
     fit = fit_nuts(
-        X, 2, num_warmup=300, num_samples=300, num_chains=4, chain_method="vectorized", random_state=0
+        X, 2, num_warmup=300, num_samples=300, num_chains=4, chain_method="vectorized", random_state=0,
+        # 0.9 (the default) left one divergence in 1200 draws in some runs on this small data set.
+        target_accept_prob=0.95,
     )
     return X, w, fit
 

@@ -123,6 +123,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
                 batch_size=self.batch_size,
                 random_state=self.random_state,
                 progress_bar=self.progress_bar,
+                priors=self.prior,
                 **options,
             )
             g = gaussian.canonical_loadings(result.gaussian)
@@ -497,10 +498,11 @@ class PPCA(_LowRankGaussianModel):
     progress_bar : bool, default=False
         SVI / NUTS progress bar.
     prior : None, "flat", "ard", Priors or dict, default=None
-        NUTS priors (:func:`bayespca.inference.nuts.fit_nuts`): None for the
+        Priors of the ``"svi"`` and ``"nuts"`` methods: None for the
         scale-aware defaults of :func:`bayespca.models.default_priors`;
-        ``"ard"`` for Bishop's Bayesian PCA (a Gamma-distributed precision per
-        column of ``W``).
+        ``"flat"`` for improper flat priors (SVI's delta guide then returns the
+        maximum-likelihood point); ``"ard"`` (NUTS only) for Bishop's Bayesian
+        PCA (a Gamma-distributed precision per column of ``W``).
     identification : {None, "polar", "lower_triangular", "procrustes", "none"}, default=None
         How NUTS identifies ``W`` (None: ``"polar"`` for PPCA,
         ``"lower_triangular"`` for FactorAnalysis); see

@@ -334,6 +334,10 @@ def test_ppca_svi_map_reaches_closed_form():
     # MAP under SVI's priors, stopped by its own tolerance: close, not equal.
     gap = np.linalg.norm(svi.get_covariance() - cf.get_covariance())
     assert gap < 0.05 * np.linalg.norm(cf.get_covariance())
+    # With flat priors the MAP is the maximum-likelihood point itself.
+    flat = PPCA(2, method="svi", prior="flat", random_state=0).fit(X)
+    assert flat.log_likelihood_ == pytest.approx(cf.log_likelihood_, rel=1e-9)
+    np.testing.assert_allclose(flat.get_covariance(), cf.get_covariance(), rtol=1e-6, atol=1e-8)
 
 
 # ------------------------------------------------------------- bad input

@@ -1,0 +1,634 @@
+"""Plots of fitted models: scree, biplot, loadings, latent space, noise, model comparison, kernel PCA.
+
+Every function draws with matplotlib on the Axes it is given (``ax=None``:
+a new figure) and returns that Axes, so plots compose with subplots and
+save with any backend, Agg included. Features are labelled with
+``feature_names_in_`` when the model was fitted on a DataFrame (else
+``x0, x1, ...``); ``labels=`` colours the points by a user-given label
+(categories get a legend, a numeric label with more than 10 values a
+colour bar).
+
+MCMC diagnostics (trace, rank, ESS, R-hat) are ArviZ's: :func:`plot_trace`
+hands the rotation-invariant posterior variables to
+``arviz_plots.plot_trace_dist``; any other ArviZ plot takes the model's
+``posterior_`` DataTree directly.
+
+Credible intervals are equal-tailed: the ``(1 - ci_prob) / 2`` and
+``(1 + ci_prob) / 2`` quantiles of the posterior draws.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.patches import Ellipse
+
+from bayespca.data import check_is_fitted
+
+__all__ = [
+    "plot_biplot",
+    "plot_comparison",
+    "plot_kernel_pca",
+    "plot_latent",
+    "plot_loadings",
+    "plot_noise",
+    "plot_scree",
+    "plot_trace",
+]
+
+SCREE_CRITERIA = ("mle", "gavish-donoho", "bic", "profile-likelihood")
+_MAX_CATEGORIES = 10
+
+
+# ----------------------------------------------------------------- helpers
+def _new_axes(ax):
+    if ax is None:
+        _, ax = plt.subplots()
+    return ax
+
+
+def _check_prob(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < 1:
+        raise ValueError(f"{name} must be a float in (0, 1); got {value!r}.")
+    return float(value)
+
+
+def _feature_names(model, feature_names, d):
+    if feature_names is None:
+        names = getattr(model, "feature_names_in_", None)
+        return [str(n) for n in names] if names is not None else [f"x{j}" for j in range(d)]
+    names = [str(n) for n in feature_names]
+    if len(names) != d:
+        raise ValueError(f"feature_names must hold {d} names (n_features); got {len(names)}.")
+    return names
+
+
+def _check_components(components, k):
+    comps = tuple(components)
+    if (
+        len(comps) != 2
+        or any(isinstance(c, bool) or not isinstance(c, numbers.Integral) for c in comps)
+        or not all(0 <= c < k for c in comps)
+        or comps[0] == comps[1]
+    ):
+        raise ValueError(
+            f"components must be two different ints in [0, {k}) (the model has {k} components); "
+            f"got {components!r}."
+        )
+    return [int(c) for c in comps]
+
+
+def _scatter_labelled(ax, x, y, labels, **kwargs):
+    """Scatter the points, coloured by ``labels``; return one RGBA colour per point."""
+    n = x.shape[0]
+    if labels is None:
+        ax.scatter(x, y, color="C0", **kwargs)
+        return np.tile(plt.matplotlib.colors.to_rgba("C0"), (n, 1))
+    lab = np.asarray(labels)
+    if lab.shape != (n,):
+        raise ValueError(f"labels must have one entry per point, shape ({n},); got shape {lab.shape}.")
+    values = pd.unique(lab)
+    if lab.dtype.kind in "fiu" and values.size > _MAX_CATEGORIES:
+        points = ax.scatter(x, y, c=lab, cmap="viridis", **kwargs)
+        ax.figure.colorbar(points, ax=ax)
+        return points.to_rgba(lab)
+    colours = np.empty((n, 4))
+    for i, value in enumerate(values):
+        rgba = plt.matplotlib.colors.to_rgba(f"C{i % 10}")
+        mask = lab == value
+        colours[mask] = rgba
+        ax.scatter(x[mask], y[mask], color=rgba, label=str(value), **kwargs)
+    ax.legend(title=getattr(labels, "name", None), fontsize="small")
+    return colours
+
+
+def _loadings(model):
+    """``W``-scaled loadings (n_features, k): PCA's axes times the root of their variances."""
+    if hasattr(model, "loadings_"):
+        return np.asarray(model.loadings_)
+    if hasattr(model, "explained_variance_") and hasattr(model, "components_"):
+        return np.asarray(model.components_).T * np.sqrt(model.explained_variance_)
+    raise TypeError(
+        "model must be a fitted PCA, PPCA or FactorAnalysis (with components_ or loadings_); "
+        f"got {type(model).__name__}."
+    )
+
+
+def _axis_names(model, comps):
+    ratio = getattr(model, "explained_variance_ratio_", None)
+    if ratio is not None:
+        return [f"PC{c + 1} ({100 * ratio[c]:.1f}%)" for c in comps]
+    prefix = "factor " if hasattr(model, "rotation_matrix_") else "z"
+    return [f"{prefix}{c + 1}" for c in comps]
+
+
+def _loadings_draws(model):
+    """Posterior draws of the (rotated) loadings, shape (draws, n_features, k), or None for ML fits."""
+    if getattr(model, "nuts_", None) is None:
+        return None
+    w = np.asarray(model.loadings_samples_)
+    w = w.reshape(-1, *w.shape[-2:])
+    r = getattr(model, "rotation_matrix_", None)
+    # loadings_ = W_mean R, so rotating each draw by the same R keeps the mean consistent.
+    return w if r is None else w @ r
+
+
+def _interval(draws, ci_prob):
+    tail = (1 - ci_prob) / 2
+    return np.quantile(draws, [tail, 1 - tail], axis=0)
+
+
+# ------------------------------------------------------------------- scree
+def plot_scree(source, *, criteria=SCREE_CRITERIA, ax=None):
+    """Scree plot: one bar per eigenvalue, a dashed line at each selection rule's k.
+
+    The bars are the sample-covariance eigenvalues ``lambda_j = s_j^2 / (n - 1)``;
+    a rule that keeps ``k`` components is drawn at ``x = k + 0.5``, between the
+    last kept and the first dropped bar, labelled ``"rule: k = ..."`` (rules
+    that agree share a line). The rules are those of
+    :mod:`bayespca.selection`, applied to the same singular values.
+
+    Parameters
+    ----------
+    source : PCA or Selection
+        A fitted :class:`bayespca.PCA` (its kept eigenvalues; all of them when
+        fitted with ``n_components=None`` or a selection rule, whose
+        ``selection_`` is marked too) or a :class:`bayespca.Selection`
+        (its rule is always marked).
+    criteria : sequence of str, default=("mle", "gavish-donoho", "bic", "profile-likelihood")
+        Further rules to mark, from :data:`bayespca.selection.METHODS`; rules
+        that cannot apply (e.g. ``"mle"`` with ``n < d``) are skipped. Needs
+        the whole spectrum.
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from bayespca import PCA
+    >>> ax = plot_scree(PCA().fit(load_iris().data))
+    >>> [line.get_label() for line in ax.lines]
+    ['mle, bic: k = 3', 'gavish-donoho, profile-likelihood: k = 1']
+    """
+    from bayespca.selection import METHODS, Selection, select_from_singular_values
+
+    marked = {}
+    if isinstance(source, Selection):
+        s, n, d = source.singular_values, source.n_samples, source.n_features
+        marked[source.method] = source.n_components
+        complete = True
+    elif hasattr(source, "singular_values_") and hasattr(source, "n_samples_"):
+        check_is_fitted(source, "singular_values_")
+        sel = source.selection_
+        n, d = source.n_samples_, source.n_features_in_
+        s = sel.singular_values if sel is not None else np.asarray(source.singular_values_)
+        complete = s.size == min(n, d)
+        if sel is not None:
+            marked[sel.method] = sel.n_components
+    else:
+        raise TypeError(f"source must be a fitted bayespca.PCA or a Selection; got {type(source).__name__}.")
+    for rule in criteria:
+        if rule not in METHODS:
+            raise ValueError(f"criteria must hold rules from {list(METHODS)}; got {rule!r}.")
+        if complete and rule not in marked:
+            try:
+                marked[rule] = select_from_singular_values(s, n, d, rule).n_components
+            except ValueError:
+                continue  # the rule does not apply to this shape of data
+    ax = _new_axes(ax)
+    eigenvalues = np.asarray(s) ** 2 / (n - 1)
+    ks = np.arange(1, eigenvalues.size + 1)
+    ax.bar(ks, eigenvalues, color="0.7", edgecolor="0.3")
+    by_k = {}
+    for rule, k in marked.items():
+        by_k.setdefault(k, []).append(rule)
+    for i, (k, rules) in enumerate(by_k.items()):
+        ax.axvline(k + 0.5, color=f"C{i}", linestyle="--", label=f"{', '.join(rules)}: k = {k}")
+    ax.set_xticks(ks)
+    ax.set_xlabel("component")
+    ax.set_ylabel("eigenvalue (variance)")
+    ax.set_title("Scree plot")
+    if by_k:
+        ax.legend(fontsize="small")
+    return ax
+
+
+# ------------------------------------------------------------------ biplot
+def plot_biplot(model, X, *, components=(0, 1), labels=None, feature_names=None, arrow_scale=None, ax=None):
+    """Biplot: the scores of ``X`` and one labelled loading arrow per feature.
+
+    Scores are ``model.transform(X)``; the arrow of feature ``j`` ends at
+    ``arrow_scale * L[j, components]`` with ``L`` the loadings in the units of
+    ``W``: ``loadings_`` for PPCA and FactorAnalysis (posterior mean for NUTS
+    fits, rotated when the model rotates), ``components_.T * sqrt(explained_variance_)``
+    for PCA.
+
+    Parameters
+    ----------
+    model : fitted PCA, PPCA or FactorAnalysis
+    X : array-like of shape (n_samples, n_features)
+    components : pair of int, default=(0, 1)
+        Zero-based components on the x and y axes.
+    labels : array-like of shape (n_samples,), optional
+        Colours the points.
+    feature_names : sequence of str, optional
+        Default ``feature_names_in_`` or ``x0, x1, ...``.
+    arrow_scale : float, optional
+        Default: the longest arrow reaches 90% of the largest absolute score.
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        Arrows are ``Annotation`` objects in ``ax.texts`` (``xy`` is the tip).
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from bayespca import PCA
+    >>> data = load_iris(as_frame=True)
+    >>> ax = plot_biplot(PCA(2).fit(data.data), data.data, labels=data.target)
+    >>> sum(getattr(t, "arrow_patch", None) is not None for t in ax.texts)
+    4
+    """
+    loadings = _loadings(model)
+    d, k = loadings.shape
+    comps = _check_components(components, k)
+    scores = np.asarray(model.transform(X))[:, comps]
+    arrows = loadings[:, comps]
+    if arrow_scale is None:
+        longest = np.max(np.linalg.norm(arrows, axis=1))
+        arrow_scale = 0.9 * np.max(np.abs(scores)) / longest if longest > 0 else 1.0
+    elif not (isinstance(arrow_scale, numbers.Real) and np.isfinite(arrow_scale) and arrow_scale > 0):
+        raise ValueError(f"arrow_scale must be None or a positive float; got {arrow_scale!r}.")
+    names = _feature_names(model, feature_names, d)
+    ax = _new_axes(ax)
+    _scatter_labelled(ax, scores[:, 0], scores[:, 1], labels, s=12, alpha=0.7)
+    for name, (u, v) in zip(names, arrows * arrow_scale, strict=True):
+        ax.annotate("", xy=(u, v), xytext=(0, 0), arrowprops={"arrowstyle": "->", "color": "C3"})
+        ax.text(1.08 * u, 1.08 * v, name, color="C3", ha="center", va="center", fontsize="small")
+    ax.axhline(0, color="0.8", linewidth=0.8, zorder=0)
+    ax.axvline(0, color="0.8", linewidth=0.8, zorder=0)
+    xlabel, ylabel = _axis_names(model, comps)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title("Biplot")
+    return ax
+
+
+# ---------------------------------------------------------------- loadings
+def plot_loadings(model, *, kind="heatmap", ci_prob=0.89, feature_names=None, ax=None):
+    """Loadings as a heatmap, or (NUTS fits) as posterior credible intervals.
+
+    ``kind="heatmap"``: the loadings matrix (features x components; for NUTS
+    fits the posterior mean) with its value in each cell; for NUTS fits a
+    ``*`` marks the loadings whose ``ci_prob`` credible interval excludes 0.
+    ``kind="interval"`` (NUTS fits): per feature and component, the posterior
+    mean and credible interval, one colour per component.
+
+    The draws are those of the identified ``W`` (see ``identification_``),
+    multiplied by ``rotation_matrix_`` for a rotated FactorAnalysis. Signs and
+    order of the columns are only meaningful when ``W`` is identified.
+
+    Parameters
+    ----------
+    model : fitted PCA, PPCA or FactorAnalysis
+    kind : {"heatmap", "interval"}, default="heatmap"
+    ci_prob : float in (0, 1), default=0.89
+    feature_names : sequence of str, optional
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_wine
+    >>> from bayespca import FactorAnalysis
+    >>> data = load_wine(as_frame=True)
+    >>> ax = plot_loadings(FactorAnalysis(2).fit(data.data))
+    >>> ax.get_yticklabels()[0].get_text()
+    'alcohol'
+    """
+    if kind not in ("heatmap", "interval"):
+        raise ValueError(f"kind must be 'heatmap' or 'interval'; got {kind!r}.")
+    ci_prob = _check_prob(ci_prob, "ci_prob")
+    draws = _loadings_draws(model)
+    mean = _loadings(model) if draws is None else draws.mean(axis=0)
+    d, k = mean.shape
+    names = _feature_names(model, feature_names, d)
+    ax = _new_axes(ax)
+    if kind == "interval":
+        if draws is None:
+            raise ValueError("kind='interval' needs posterior draws: fit the model with method='nuts'.")
+        lo, hi = _interval(draws, ci_prob)
+        rows = np.arange(d)
+        for j in range(k):
+            y = rows + (j - (k - 1) / 2) * 0.8 / max(k, 1) * (k > 1)
+            err = np.stack([mean[:, j] - lo[:, j], hi[:, j] - mean[:, j]])
+            ax.errorbar(mean[:, j], y, xerr=err, fmt="o", color=f"C{j}", label=f"component {j + 1}")
+        ax.axvline(0, color="0.5", linewidth=0.8)
+        ax.set_yticks(rows, names)
+        ax.invert_yaxis()
+        ax.set_xlabel(f"loading (posterior mean, {ci_prob:.0%} interval)")
+        ax.legend(fontsize="small")
+        ax.set_title("Loadings")
+        return ax
+    vmax = float(np.max(np.abs(mean))) or 1.0
+    image = ax.imshow(mean, cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto")
+    ax.figure.colorbar(image, ax=ax)
+    excludes_zero = np.zeros_like(mean, dtype=bool)
+    if draws is not None:
+        lo, hi = _interval(draws, ci_prob)
+        excludes_zero = (lo > 0) | (hi < 0)
+    for (i, j), value in np.ndenumerate(mean):
+        star = "*" if excludes_zero[i, j] else ""
+        colour = "white" if abs(value) > 0.6 * vmax else "black"
+        ax.text(j, i, f"{value:.2f}{star}", ha="center", va="center", color=colour, fontsize="small")
+    ax.set_yticks(np.arange(d), names)
+    ax.set_xticks(np.arange(k), [str(j + 1) for j in range(k)])
+    ax.set_xlabel("component")
+    title = "Loadings" if draws is None else f"Loadings (posterior mean; * : {ci_prob:.0%} interval excludes 0)"
+    ax.set_title(title, fontsize="medium")
+    return ax
+
+
+# ------------------------------------------------------------ latent space
+def _ellipse(mean, cov, radius, **kwargs):
+    """The ellipse ``{z : (z - mean)^T cov^{-1} (z - mean) = radius^2}`` of a 2 x 2 covariance."""
+    evals, evecs = np.linalg.eigh(cov)
+    angle = np.degrees(np.arctan2(evecs[1, 1], evecs[0, 1]))
+    width, height = 2 * radius * np.sqrt(np.maximum(evals[::-1], 0.0))
+    return Ellipse(mean, width, height, angle=angle, **kwargs)
+
+
+def plot_latent(model, X, *, components=(0, 1), prob=0.9, labels=None, ax=None):
+    """Posterior means of the latent ``z_i`` with a ``prob`` credible ellipse per point.
+
+    From ``model.latent_posterior(X)``: for maximum-likelihood fits
+    ``z_i | x_i ~ N(M^{-1} W^T Psi^{-1} (x_i - mu), M^{-1})`` with
+    ``M = I + W^T Psi^{-1} W``; for NUTS fits the mean and covariance of the
+    posterior mixture over draws of ``(W, Psi, mu)`` (the ellipse then also
+    carries the uncertainty of the parameters). The ellipse of point ``i`` is
+    ``(z - m_i)^T C_i^{-1} (z - m_i) = chi2_2^{-1}(prob)`` with ``C_i`` the
+    2 x 2 block of its covariance: it holds ``prob`` of a Gaussian's mass, and
+    its axes are ``2 sqrt(chi2_2^{-1}(prob) eigenvalue)``.
+
+    Parameters
+    ----------
+    model : fitted PPCA or FactorAnalysis
+    X : array-like of shape (n_samples, n_features)
+        NaN marks a missing entry (its point gets a larger ellipse).
+    components : pair of int, default=(0, 1)
+    prob : float in (0, 1), default=0.9
+    labels : array-like of shape (n_samples,), optional
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        One ``Ellipse`` patch per point, in row order.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from bayespca import PPCA
+    >>> X = load_iris().data
+    >>> ax = plot_latent(PPCA(2).fit(X), X)
+    >>> len(ax.patches)
+    150
+    """
+    if not hasattr(model, "latent_posterior"):
+        raise TypeError(f"model must be a fitted PPCA or FactorAnalysis; got {type(model).__name__}.")
+    prob = _check_prob(prob, "prob")
+    post = model.latent_posterior(X)
+    mean, cov = np.asarray(post.mean), np.asarray(post.covariance)
+    n, k = mean.shape
+    comps = _check_components(components, k)
+    cov = np.broadcast_to(cov, (n, k, k))[:, comps][:, :, comps]
+    radius = np.sqrt(-2 * np.log1p(-prob))  # chi2 quantile with 2 degrees of freedom
+    ax = _new_axes(ax)
+    colours = _scatter_labelled(ax, mean[:, comps[0]], mean[:, comps[1]], labels, s=10, zorder=3)
+    for i in range(n):
+        ax.add_patch(
+            _ellipse(mean[i, comps], cov[i], radius, facecolor=colours[i], alpha=0.15, edgecolor="none")
+        )
+    ax.autoscale_view()
+    xlabel, ylabel = _axis_names(model, comps)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"Latent space ({prob:.0%} posterior ellipses)")
+    return ax
+
+
+# ------------------------------------------------------------------- noise
+def plot_noise(model, *, ci_prob=0.89, bins=30, feature_names=None, ax=None):
+    """Posterior of the noise: ``sigma^2`` (PPCA) as a histogram, ``psi`` (FA) as intervals per feature.
+
+    For NUTS fits: PPCA draws a histogram of the ``sigma^2`` draws with the
+    posterior mean (solid line) and the ``ci_prob`` interval (shaded);
+    FactorAnalysis the posterior mean and interval of each ``psi_j``. For
+    maximum-likelihood fits the point estimate (``noise_variance_``) alone.
+
+    Parameters
+    ----------
+    model : fitted PPCA or FactorAnalysis
+    ci_prob : float in (0, 1), default=0.89
+    bins : int, default=30
+        Histogram bins (PPCA NUTS fits).
+    feature_names : sequence of str, optional
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_wine
+    >>> from bayespca import FactorAnalysis
+    >>> ax = plot_noise(FactorAnalysis(2).fit(load_wine().data))
+    >>> ax.get_yticklabels()[0].get_text()
+    'x0'
+    """
+    check_is_fitted(model, "noise_variance_")
+    if not hasattr(model, "latent_posterior"):
+        raise TypeError(f"model must be a fitted PPCA or FactorAnalysis; got {type(model).__name__}.")
+    ci_prob = _check_prob(ci_prob, "ci_prob")
+    bayesian = getattr(model, "nuts_", None) is not None
+    diagonal = np.ndim(model.noise_variance_) == 1
+    ax = _new_axes(ax)
+    if not diagonal:
+        if bayesian:
+            draws = np.asarray(model.noise_variance_samples_).ravel()
+            lo, hi = _interval(draws, ci_prob)
+            ax.hist(draws, bins=bins, color="0.7", edgecolor="0.3")
+            ax.axvspan(lo, hi, color="C0", alpha=0.2, label=f"{ci_prob:.0%} interval")
+            ax.axvline(draws.mean(), color="C0", label="posterior mean")
+            ax.set_ylabel("draws")
+        else:
+            ax.axvline(model.noise_variance_, color="C0", label="maximum likelihood")
+            ax.set_yticks([])
+        ax.set_xlabel("sigma^2")
+        ax.legend(fontsize="small")
+        ax.set_title("Noise variance")
+        return ax
+    psi = np.asarray(model.noise_variance_)
+    d = psi.size
+    names = _feature_names(model, feature_names, d)
+    rows = np.arange(d)
+    if bayesian:
+        draws = np.asarray(model.noise_variance_samples_).reshape(-1, d)
+        mean = draws.mean(axis=0)
+        lo, hi = _interval(draws, ci_prob)
+        ax.errorbar(mean, rows, xerr=np.stack([mean - lo, hi - mean]), fmt="o", color="C0")
+        ax.set_xlabel(f"psi (posterior mean, {ci_prob:.0%} interval)")
+    else:
+        ax.plot(psi, rows, "o", color="C0")
+        ax.set_xlabel("psi (maximum likelihood)")
+    ax.set_yticks(rows, names)
+    ax.invert_yaxis()
+    ax.set_title("Noise variances (uniquenesses)")
+    return ax
+
+
+# -------------------------------------------------------- model comparison
+_COMPARISON_COLUMNS = ("elpd", "se")
+
+
+def plot_comparison(result, *, recommended=None, ax=None):
+    """Expected log predictive density (elpd) against the number of components.
+
+    Points are ``elpd`` (PSIS-LOO) with error bars of one standard error
+    ``se``; a dashed line marks the recommended ``k``.
+
+    Parameters
+    ----------
+    result : ComparisonResult or pandas.DataFrame
+        What :func:`bayespca.compare_n_components` returns, or its ``.table``
+        (indexed by ``n_components``, with columns ``elpd`` and ``se``).
+    recommended : int, optional
+        The ``k`` to mark; default ``result.n_components``, or the ``k`` of the
+        largest elpd for a bare table.
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> table = pd.DataFrame({"elpd": [-300.0, -250.0, -252.0], "se": [9.0, 8.0, 8.5]},
+    ...                      index=pd.Index([1, 2, 3], name="n_components"))
+    >>> plot_comparison(table).lines[-1].get_label()
+    'recommended k = 2'
+    """
+    if isinstance(result, pd.DataFrame):
+        table, rule = result, None
+    elif hasattr(result, "table"):
+        table, rule = result.table, getattr(result, "rule", None)
+        if recommended is None:
+            recommended = getattr(result, "n_components", None)
+    else:
+        raise TypeError(
+            f"result must be a ComparisonResult or a pandas DataFrame; got {type(result).__name__}."
+        )
+    missing = [c for c in _COMPARISON_COLUMNS if c not in table.columns]
+    if missing:
+        raise ValueError(
+            f"result's table must have columns {list(_COMPARISON_COLUMNS)}; missing {missing} "
+            f"(columns: {list(table.columns)})."
+        )
+    table = table.sort_index()
+    ks = np.asarray(table.index, dtype=float)
+    elpd = table["elpd"].to_numpy(dtype=float)
+    if recommended is None:
+        recommended = table.index[int(np.nanargmax(elpd))]
+    ax = _new_axes(ax)
+    ax.errorbar(ks, elpd, yerr=table["se"].to_numpy(dtype=float), fmt="o-", color="C0", capsize=3,
+                label="elpd (LOO) +- se")
+    ax.axvline(recommended, color="C3", linestyle="--", label=f"recommended k = {recommended}")
+    ax.set_xticks(ks)
+    ax.set_xlabel("number of components k")
+    ax.set_ylabel("elpd")
+    ax.set_title("Model comparison" if rule is None else f"Model comparison\n{rule}", fontsize="medium")
+    ax.legend(fontsize="small")
+    return ax
+
+
+# --------------------------------------------------------------- kernel PCA
+def plot_kernel_pca(model, X=None, *, components=(0, 1), labels=None, ax=None):
+    """Kernel PCA embedding: the projections on two kernel principal components.
+
+    With ``X=None`` the training points, ``a_j sqrt(lambda_j)`` (eigenvector
+    times root eigenvalue of the centred Gram matrix); else ``model.transform(X)``.
+    Axis labels give each component's share of the kept eigenvalues.
+
+    Parameters
+    ----------
+    model : fitted bayespca.KernelPCA
+    X : array-like, optional
+    components : pair of int, default=(0, 1)
+    labels : array-like, optional
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from bayespca import KernelPCA
+    >>> data = load_iris()
+    >>> ax = plot_kernel_pca(KernelPCA(2, kernel="rbf", gamma=0.5).fit(data.data), labels=data.target)
+    >>> len(ax.collections)
+    3
+    """
+    if not hasattr(model, "eigenvectors_") and not hasattr(model, "eigenvalues_"):
+        raise TypeError(f"model must be a fitted bayespca.KernelPCA; got {type(model).__name__}.")
+    check_is_fitted(model, "eigenvalues_")
+    evals = np.asarray(model.eigenvalues_)
+    comps = _check_components(components, evals.size)
+    Z = model.eigenvectors_ * np.sqrt(evals) if X is None else np.asarray(model.transform(X))
+    ax = _new_axes(ax)
+    _scatter_labelled(ax, Z[:, comps[0]], Z[:, comps[1]], labels, s=12)
+    share = evals / evals.sum()
+    ax.set_xlabel(f"kPC{comps[0] + 1} ({100 * share[comps[0]]:.1f}%)")
+    ax.set_ylabel(f"kPC{comps[1] + 1} ({100 * share[comps[1]]:.1f}%)")
+    kernel = model.kernel if isinstance(model.kernel, str) else getattr(model.kernel, "__name__", "callable")
+    ax.set_title(f"Kernel PCA embedding ({kernel} kernel)")
+    return ax
+
+
+# ----------------------------------------------------------- diagnostics
+def plot_trace(model, var_names=None, **kwargs):
+    """ArviZ trace and marginal posterior plots of a NUTS fit.
+
+    By default the variables that mean the same under any identification of
+    ``W``: the noise (``sigma2`` or ``psi``), the ``eigenvalues`` of ``W W^T``
+    and ``log_lik``. This is ``arviz_plots.plot_trace_dist`` on
+    ``model.posterior_`` with the matplotlib backend; ``kwargs`` go to it.
+
+    Returns
+    -------
+    arviz_plots.PlotCollection
+        ``.viz`` holds the figure; ``.savefig(path)`` saves it.
+    """
+    if getattr(model, "nuts_", None) is None:
+        raise ValueError("plot_trace needs posterior draws: fit the model with method='nuts'.")
+    from arviz_plots import plot_trace_dist
+
+    if var_names is None:
+        noise = "psi" if np.ndim(model.noise_variance_) == 1 else "sigma2"
+        var_names = [noise, "eigenvalues", "log_lik"]
+    kwargs.setdefault("backend", "matplotlib")
+    return plot_trace_dist(model.posterior_, var_names=var_names, **kwargs)

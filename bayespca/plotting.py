@@ -355,7 +355,9 @@ def plot_loadings(model, *, kind="heatmap", ci_prob=0.89, feature_names=None, ax
     ax.set_yticks(np.arange(d), names)
     ax.set_xticks(np.arange(k), [str(j + 1) for j in range(k)])
     ax.set_xlabel("component")
-    title = "Loadings" if draws is None else f"Loadings (posterior mean; * : {ci_prob:.0%} interval excludes 0)"
+    title = "Loadings"
+    if draws is not None:
+        title += f" (posterior mean; * : {ci_prob:.0%} interval excludes 0)"
     ax.set_title(title, fontsize="medium")
     return ax
 

@@ -1,0 +1,385 @@
+"""Tests of bayespca.plotting: the drawn artists carry independently computed numbers."""
+
+import types
+import warnings
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.patches import Ellipse, Rectangle  # noqa: E402
+from matplotlib.text import Annotation  # noqa: E402
+from sklearn.decomposition import PCA as SkPCA  # noqa: E402
+from sklearn.decomposition import KernelPCA as SkKernelPCA  # noqa: E402
+
+from bayespca import PCA, PPCA, FactorAnalysis, KernelPCA, select_n_components  # noqa: E402
+from bayespca.plotting import (  # noqa: E402
+    plot_biplot,
+    plot_comparison,
+    plot_kernel_pca,
+    plot_latent,
+    plot_loadings,
+    plot_noise,
+    plot_scree,
+    plot_trace,
+)
+
+N, D, K = 60, 5, 2
+NAMES = ["a", "b", "c", "d", "e"]
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(7)
+    W = rng.standard_normal((D, K)) * [2.0, 1.0]
+    X = rng.standard_normal((N, K)) @ W.T + rng.standard_normal((N, D)) * np.sqrt([0.3, 0.4, 0.5, 0.6, 0.7])
+    return pd.DataFrame(X + [1.0, -2.0, 0.0, 3.0, 0.5], columns=NAMES)
+
+
+def _nuts(cls, X):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # sampler warnings of a deliberately tiny run
+        return cls(K, method="nuts", num_chains=2, num_warmup=100, num_samples=100, random_state=0).fit(X)
+
+
+@pytest.fixture(scope="module")
+def ppca_nuts(data):
+    return _nuts(PPCA, data)
+
+
+@pytest.fixture(scope="module")
+def fa_nuts(data):
+    return _nuts(FactorAnalysis, data)
+
+
+def _ml_ppca_numpy(X):
+    """Tipping & Bishop's closed form with numpy: W = V_k (L_k - s2 I)^1/2, sign: largest entry positive."""
+    Xc = X - X.mean(0)
+    evals, evecs = np.linalg.eigh(Xc.T @ Xc / len(X))
+    evals, evecs = evals[::-1], evecs[:, ::-1]
+    s2 = evals[K:].mean()
+    W = evecs[:, :K] * np.sqrt(evals[:K] - s2)
+    W *= np.sign(W[np.argmax(np.abs(W), axis=0), np.arange(K)])
+    return W, s2
+
+
+def _ellipse_axes(cov2, prob):
+    r2 = -2 * np.log(1 - prob)
+    evals = np.linalg.eigvalsh(cov2)
+    return 2 * np.sqrt(r2 * evals[1]), 2 * np.sqrt(r2 * evals[0])
+
+
+# ------------------------------------------------------------------ scree
+def test_scree_from_pca_bars_are_eigenvalues_and_mle_matches_sklearn(data):
+    X = data.to_numpy()
+    ax = plot_scree(PCA().fit(X), criteria=("mle",))
+    bars = [p for p in ax.patches if isinstance(p, Rectangle)]
+    expected = np.linalg.eigvalsh(np.cov(X, rowvar=False))[::-1]
+    np.testing.assert_allclose([b.get_height() for b in bars], expected, rtol=1e-10)
+    k_mle = SkPCA(n_components="mle").fit(X).n_components_
+    (line,) = ax.lines
+    assert line.get_label() == f"mle: k = {k_mle}"
+    np.testing.assert_allclose(line.get_xdata(), k_mle + 0.5)
+
+
+def test_scree_from_selection_marks_its_rule(data):
+    X = data.to_numpy()
+    sel = select_n_components(X, "gavish-donoho")
+    ax = plot_scree(sel, criteria=())
+    # Gavish & Donoho's cubic approximation of omega(beta), a reference independent of the library's
+    # numerical Marchenko-Pastur median.
+    beta = D / N
+    omega = 0.56 * beta**3 - 0.95 * beta**2 + 1.82 * beta + 1.43
+    s = np.linalg.svd(X - X.mean(0), compute_uv=False)
+    k = int(np.sum(s > omega * np.median(s)))
+    assert [line.get_label() for line in ax.lines] == [f"gavish-donoho: k = {k}"]
+    np.testing.assert_allclose([p.get_height() for p in ax.patches], s**2 / (N - 1), rtol=1e-10)
+
+
+def test_scree_of_truncated_pca_shows_kept_eigenvalues_without_rules(data):
+    X = data.to_numpy()
+    ax = plot_scree(PCA(2).fit(X))
+    expected = np.linalg.eigvalsh(np.cov(X, rowvar=False))[::-1][:2]
+    np.testing.assert_allclose([p.get_height() for p in ax.patches], expected, rtol=1e-10)
+    assert len(ax.lines) == 0
+
+
+def test_scree_rejects_unknown_rule_and_source(data):
+    with pytest.raises(ValueError, match="criteria.*'nope'"):
+        plot_scree(PCA().fit(data), criteria=("nope",))
+    with pytest.raises(TypeError, match="source"):
+        plot_scree(np.ones(3))
+
+
+# ----------------------------------------------------------------- biplot
+def _arrows(ax):
+    return [t for t in ax.texts if isinstance(t, Annotation) and t.arrow_patch is not None]
+
+
+def test_biplot_pca_arrows_and_scores_match_sklearn(data):
+    ax = plot_biplot(PCA(2).fit(data), data, arrow_scale=1.0)
+    sk = SkPCA(2).fit(data.to_numpy())
+    arrows = _arrows(ax)
+    assert len(arrows) == D
+    np.testing.assert_allclose([a.xy for a in arrows], sk.components_.T * np.sqrt(sk.explained_variance_),
+                               atol=1e-10)
+    assert [t.get_text() for t in ax.texts if not isinstance(t, Annotation)] == NAMES
+    np.testing.assert_allclose(ax.collections[0].get_offsets(), sk.transform(data.to_numpy()), atol=1e-10)
+
+
+def test_biplot_ppca_arrows_are_ml_loadings(data):
+    W, _ = _ml_ppca_numpy(data.to_numpy())
+    ax = plot_biplot(PPCA(K).fit(data), data, components=(1, 0), arrow_scale=2.0)
+    np.testing.assert_allclose([a.xy for a in _arrows(ax)], 2.0 * W[:, [1, 0]], atol=1e-8)
+
+
+def test_biplot_default_scale_reaches_90_percent_of_scores(data):
+    model = PCA(2).fit(data)
+    ax = plot_biplot(model, data)
+    tips = np.array([a.xy for a in _arrows(ax)])
+    scores = model.transform(data)
+    np.testing.assert_allclose(np.linalg.norm(tips, axis=1).max(), 0.9 * np.abs(scores).max())
+
+
+def test_biplot_colours_by_category_and_by_number(data):
+    groups = np.where(data["a"].to_numpy() > data["a"].median(), "high", "low")
+    ax = plot_biplot(PCA(2).fit(data), data, labels=groups)
+    legend = ax.get_legend()
+    assert sorted(t.get_text() for t in legend.get_texts()) == ["high", "low"]
+    sizes = sorted(len(c.get_offsets()) for c in ax.collections)
+    assert sizes == sorted([int(np.sum(groups == "high")), int(np.sum(groups == "low"))])
+    ax = plot_biplot(PCA(2).fit(data), data, labels=data["a"].to_numpy())
+    np.testing.assert_allclose(ax.collections[0].get_array(), data["a"].to_numpy())
+    assert len(ax.figure.axes) == 2  # the colour bar
+
+
+def test_biplot_errors(data):
+    with pytest.raises(ValueError, match=r"components.*\(0, 0\)"):
+        plot_biplot(PCA(2).fit(data), data, components=(0, 0))
+    with pytest.raises(ValueError, match=r"labels.*\(60,\).*\(3,\)"):
+        plot_biplot(PCA(2).fit(data), data, labels=[1, 2, 3])
+    with pytest.raises(TypeError, match="KernelPCA"):
+        plot_biplot(KernelPCA(2).fit(data), data)
+
+
+# --------------------------------------------------------------- loadings
+def test_loadings_heatmap_nuts_mean_and_marked_intervals(fa_nuts):
+    ax = plot_loadings(fa_nuts, ci_prob=0.9)
+    draws = fa_nuts.loadings_samples_.reshape(-1, D, K)
+    np.testing.assert_allclose(ax.images[0].get_array(), draws.mean(0), rtol=1e-12)
+    lo, hi = np.percentile(draws, [5, 95], axis=0)
+    expected = {(i, j) for i in range(D) for j in range(K) if lo[i, j] > 0 or hi[i, j] < 0}
+    marked = {(round(t.get_position()[1]), round(t.get_position()[0])) for t in ax.texts
+              if t.get_text().endswith("*")}
+    assert marked == expected and expected
+    assert [t.get_text() for t in ax.get_yticklabels()] == NAMES
+
+
+def test_loadings_interval_plot(ppca_nuts):
+    ax = plot_loadings(ppca_nuts, kind="interval", ci_prob=0.8)
+    draws = ppca_nuts.loadings_samples_.reshape(-1, D, K)
+    lo, hi = np.percentile(draws, [10, 90], axis=0)
+    assert len(ax.containers) == K
+    for j, container in enumerate(ax.containers):
+        data_line, _, (bars,) = container.lines
+        np.testing.assert_allclose(data_line.get_xdata(), draws[:, :, j].mean(0), rtol=1e-12)
+        ends = np.array([seg[:, 0] for seg in bars.get_segments()])
+        np.testing.assert_allclose(ends, np.stack([lo[:, j], hi[:, j]], 1), rtol=1e-12)
+
+
+def test_loadings_heatmap_ml_and_interval_needs_nuts(data):
+    W, _ = _ml_ppca_numpy(data.to_numpy())
+    model = PPCA(K).fit(data)
+    ax = plot_loadings(model)
+    np.testing.assert_allclose(ax.images[0].get_array(), W, atol=1e-8)
+    assert not any(t.get_text().endswith("*") for t in ax.texts)
+    with pytest.raises(ValueError, match="method='nuts'"):
+        plot_loadings(model, kind="interval")
+    with pytest.raises(ValueError, match="kind.*'bars'"):
+        plot_loadings(model, kind="bars")
+
+
+# ----------------------------------------------------------- latent space
+def _ellipses(ax):
+    return [p for p in ax.patches if isinstance(p, Ellipse)]
+
+
+def test_latent_ml_ellipses_from_woodbury_free_numpy(data):
+    X = data.to_numpy()
+    W, s2 = _ml_ppca_numpy(X)
+    M = np.eye(K) + W.T @ W / s2
+    cov = np.linalg.inv(M)
+    means = (X - X.mean(0)) @ W @ cov / s2
+    ax = plot_latent(PPCA(K).fit(X), X, prob=0.5)
+    ellipses = _ellipses(ax)
+    assert len(ellipses) == N
+    width, height = _ellipse_axes(cov, 0.5)
+    np.testing.assert_allclose([e.width for e in ellipses], width, rtol=1e-8)
+    np.testing.assert_allclose([e.height for e in ellipses], height, rtol=1e-8)
+    np.testing.assert_allclose([e.center for e in ellipses], means, atol=1e-8)
+    np.testing.assert_allclose(ax.collections[0].get_offsets(), means, atol=1e-8)
+
+
+def test_latent_missing_entry_gets_its_own_larger_ellipse(data):
+    X = data.to_numpy().copy()
+    model = PPCA(K).fit(X)
+    W, s2 = model.loadings_, model.noise_variance_
+    X[3, [0, 1]] = np.nan
+    ax = plot_latent(model, X)
+    obs = [2, 3, 4]
+    cov_missing = np.linalg.inv(np.eye(K) + W[obs].T @ W[obs] / s2)
+    cov_full = np.linalg.inv(np.eye(K) + W.T @ W / s2)
+    widths = [e.width for e in _ellipses(ax)]
+    np.testing.assert_allclose(widths[3], _ellipse_axes(cov_missing, 0.9)[0], rtol=1e-8)
+    np.testing.assert_allclose(widths[0], _ellipse_axes(cov_full, 0.9)[0], rtol=1e-8)
+    assert widths[3] > widths[0]
+
+
+def test_latent_nuts_ellipses_are_mixture_covariances(ppca_nuts, data):
+    X = data.iloc[:8]
+    Ws = ppca_nuts.loadings_samples_.reshape(-1, D, K)
+    s2s = ppca_nuts.noise_variance_samples_.ravel()
+    mus = ppca_nuts.mean_samples_.reshape(-1, D)
+    first, second = np.zeros((8, K)), np.zeros((8, K, K))
+    for W, s2, mu in zip(Ws, s2s, mus, strict=True):
+        C = np.linalg.inv(np.eye(K) + W.T @ W / s2)
+        m = (X.to_numpy() - mu) @ W @ C / s2
+        first += m
+        second += C + m[:, :, None] * m[:, None, :]
+    mean = first / len(Ws)
+    cov = second / len(Ws) - mean[:, :, None] * mean[:, None, :]
+    ax = plot_latent(ppca_nuts, X, labels=np.arange(8) % 2)
+    ellipses = _ellipses(ax)
+    assert len(ellipses) == 8
+    expected = np.array([_ellipse_axes(c, 0.9) for c in cov])
+    np.testing.assert_allclose([[e.width, e.height] for e in ellipses], expected, rtol=1e-8)
+    np.testing.assert_allclose([e.center for e in ellipses], mean, rtol=1e-8, atol=1e-12)
+    # Colour by label: the ellipse of each point has its point's colour.
+    assert ellipses[0].get_facecolor()[:3] != ellipses[1].get_facecolor()[:3]
+
+
+def test_latent_rejects_pca(data):
+    with pytest.raises(TypeError, match="PPCA or FactorAnalysis"):
+        plot_latent(PCA(2).fit(data), data)
+    with pytest.raises(ValueError, match="prob"):
+        plot_latent(PPCA(2).fit(data), data, prob=1.0)
+
+
+# ------------------------------------------------------------------ noise
+def test_noise_ppca_nuts_histogram_and_interval(ppca_nuts):
+    ax = plot_noise(ppca_nuts, bins=20, ci_prob=0.8)
+    draws = ppca_nuts.noise_variance_samples_.ravel()
+    counts, _ = np.histogram(draws, bins=20)
+    (bars,) = ax.containers
+    np.testing.assert_array_equal([b.get_height() for b in bars], counts)
+    (span,) = [p for p in ax.patches if p not in bars.patches]
+    xs = [span.get_x(), span.get_x() + span.get_width()]
+    np.testing.assert_allclose(xs, np.percentile(draws, [10, 90]), rtol=1e-12)
+    np.testing.assert_allclose(ax.lines[0].get_xdata(), draws.mean())
+
+
+def test_noise_fa_nuts_intervals_per_feature(fa_nuts):
+    ax = plot_noise(fa_nuts)
+    draws = fa_nuts.noise_variance_samples_.reshape(-1, D)
+    data_line, _, (bars,) = ax.containers[0].lines
+    np.testing.assert_allclose(data_line.get_xdata(), draws.mean(0), rtol=1e-12)
+    ends = np.array([seg[:, 0] for seg in bars.get_segments()])
+    np.testing.assert_allclose(ends, np.percentile(draws, [5.5, 94.5], axis=0).T, rtol=1e-12)
+    assert [t.get_text() for t in ax.get_yticklabels()] == NAMES
+
+
+def test_noise_ml_point_estimates(data):
+    _, s2 = _ml_ppca_numpy(data.to_numpy())
+    ax = plot_noise(PPCA(K).fit(data))
+    np.testing.assert_allclose(ax.lines[0].get_xdata(), s2, rtol=1e-8)
+    fa = FactorAnalysis(K).fit(data)
+    ax = plot_noise(fa)
+    # ML uniquenesses: the diagonal of the sample covariance (denominator n) minus that of W W^T.
+    ml_var = data.to_numpy().var(0)
+    np.testing.assert_allclose(ax.lines[0].get_xdata(), ml_var - np.sum(fa.loadings_**2, 1), rtol=1e-4)
+
+
+# ------------------------------------------------------- model comparison
+def _comparison_table():
+    ks = pd.Index([1, 2, 3, 4, 5], name="n_components")
+    elpd = np.array([-560.0, -470.0, -455.0, -456.5, -458.0])
+    best = elpd.max()
+    return pd.DataFrame(
+        {
+            "elpd": elpd,
+            "se": [14.0, 12.0, 11.5, 11.6, 11.8],
+            "elpd_diff": best - elpd,
+            "dse": [9.0, 4.0, 0.0, 1.0, 1.5],
+            "p": [6.0, 11.0, 15.0, 18.0, 20.0],
+            "weight": [0.0, 0.0, 0.7, 0.2, 0.1],
+            "pareto_k_max": [0.2, 0.3, 0.4, 0.5, 0.6],
+            "gavish_donoho": [False, True, False, False, False],
+        },
+        index=ks,
+    )
+
+
+def test_comparison_from_result_bars_equal_table():
+    table = _comparison_table()
+    result = types.SimpleNamespace(table=table, n_components=2, rule="smallest k within one se of the best")
+    ax = plot_comparison(result)
+    data_line, _, (bars,) = ax.containers[0].lines
+    np.testing.assert_array_equal(data_line.get_xdata(), [1, 2, 3, 4, 5])
+    np.testing.assert_array_equal(data_line.get_ydata(), table["elpd"])
+    segments = bars.get_segments()
+    assert len(segments) == 5
+    np.testing.assert_allclose([s[1, 1] - s[0, 1] for s in segments], 2 * table["se"])
+    assert ax.lines[-1].get_label() == "recommended k = 2"
+    np.testing.assert_array_equal(ax.lines[-1].get_xdata(), 2)
+    assert "one se" in ax.get_title()
+
+
+def test_comparison_from_bare_table_marks_best_elpd():
+    table = _comparison_table().iloc[::-1]  # unsorted index still plots in k order
+    ax = plot_comparison(table)
+    assert ax.lines[-1].get_label() == "recommended k = 3"
+    np.testing.assert_array_equal(ax.containers[0].lines[0].get_xdata(), [1, 2, 3, 4, 5])
+    with pytest.raises(ValueError, match=r"missing \['se'\]"):
+        plot_comparison(table.drop(columns="se"))
+    with pytest.raises(TypeError, match="ComparisonResult"):
+        plot_comparison([1, 2])
+
+
+# ------------------------------------------------------------- kernel PCA
+def test_kernel_pca_embedding_matches_sklearn(data):
+    X = data.to_numpy()
+    kw = {"kernel": "rbf", "gamma": 0.1}
+    sk = SkKernelPCA(3, **kw).fit(X)
+    model = KernelPCA(3, **kw).fit(X)
+    ax = plot_kernel_pca(model, components=(0, 2))
+    np.testing.assert_allclose(ax.collections[0].get_offsets(), sk.transform(X)[:, [0, 2]], atol=1e-8)
+    share = sk.eigenvalues_ / sk.eigenvalues_.sum()
+    assert ax.get_xlabel() == f"kPC1 ({100 * share[0]:.1f}%)"
+    ax = plot_kernel_pca(model, X[:7] + 0.1, labels=list("aabbccd"))
+    offsets = np.concatenate([c.get_offsets() for c in ax.collections])
+    np.testing.assert_allclose(offsets, sk.transform(X[:7] + 0.1)[:, :2], atol=1e-8)
+    assert len(ax.collections) == 4
+    with pytest.raises(TypeError, match="KernelPCA"):
+        plot_kernel_pca(PCA(2).fit(X))
+
+
+# ----------------------------------------------------------- diagnostics
+def test_trace_plots_invariant_variables_with_arviz(ppca_nuts):
+    pc = plot_trace(ppca_nuts)
+    assert set(pc.viz["trace"].data_vars) == {"sigma2", "eigenvalues", "log_lik"}
+    lines = pc.viz["trace"]["sigma2"].values
+    np.testing.assert_array_equal([line.get_ydata() for line in lines], ppca_nuts.noise_variance_samples_)
+    eig = np.linalg.svd(ppca_nuts.loadings_samples_, compute_uv=False) ** 2
+    np.testing.assert_allclose(pc.viz["trace"]["eigenvalues"].values[1, 0].get_ydata(), eig[1, :, 0])
+    with pytest.raises(ValueError, match="method='nuts'"):
+        plot_trace(PPCA(K).fit(np.random.default_rng(0).standard_normal((20, D))))

@@ -14,6 +14,7 @@ import numbers
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
 from bayespca import gaussian
@@ -230,7 +231,12 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         names = [noise, "eigenvalues", "log_lik", "W"]
         if "alpha" in self.posterior_["posterior"]:
             names.append("alpha")
-        return az.summary(self.posterior_, var_names=names, ci_kind="eti", ci_prob=ci_prob)
+        # One variable at a time: ArviZ 1.3's summary of several variables flattens W in
+        # (component, feature) order but labels it (feature, component) once a variable
+        # with only the component dim precedes it.
+        return pd.concat(
+            [az.summary(self.posterior_, var_names=[v], ci_kind="eti", ci_prob=ci_prob) for v in names]
+        )
 
     def _check_nuts(self, what):
         check_is_fitted(self, "gaussian_")

@@ -418,9 +418,11 @@ def plot_latent(model, X, *, components=(0, 1), prob=0.9, labels=None, ax=None):
     radius = np.sqrt(-2 * np.log1p(-prob))  # chi2 quantile with 2 degrees of freedom
     ax = _new_axes(ax)
     colours = _scatter_labelled(ax, mean[:, comps[0]], mean[:, comps[1]], labels, s=10, zorder=3)
+    # Many overlapping ellipses saturate: fainter fill as the points get more.
+    alpha = float(np.clip(5.0 / n, 0.04, 0.25))
     for i in range(n):
         ax.add_patch(
-            _ellipse(mean[i, comps], cov[i], radius, facecolor=colours[i], alpha=0.15, edgecolor="none")
+            _ellipse(mean[i, comps], cov[i], radius, facecolor=colours[i], alpha=alpha, edgecolor="none")
         )
     ax.autoscale_view()
     xlabel, ylabel = _axis_names(model, comps)

@@ -1,0 +1,3 @@
+from bayespca.cli import main
+
+raise SystemExit(main())

@@ -511,7 +511,8 @@ def plot_comparison(result, *, recommended=None, ax=None):
     """Expected log predictive density (elpd) against the number of components.
 
     Points are ``elpd`` (PSIS-LOO) with error bars of one standard error
-    ``se``; a dashed line marks the recommended ``k``.
+    ``se``; a dashed line marks the recommended ``k`` and, when the table has
+    the boolean column ``gavish_donoho``, a dotted one the Gavish-Donoho ``k``.
 
     Parameters
     ----------
@@ -559,6 +560,9 @@ def plot_comparison(result, *, recommended=None, ax=None):
     ax = _new_axes(ax)
     ax.errorbar(ks, elpd, yerr=table["se"].to_numpy(dtype=float), fmt="o-", color="C0", capsize=3,
                 label="elpd (LOO) +- se")
+    if "gavish_donoho" in table.columns and table["gavish_donoho"].astype(bool).any():
+        k_gd = table.index[table["gavish_donoho"].astype(bool).to_numpy()][0]
+        ax.axvline(k_gd, color="0.5", linestyle=":", label=f"Gavish-Donoho k = {k_gd}")
     ax.axvline(recommended, color="C3", linestyle="--", label=f"recommended k = {recommended}")
     ax.set_xticks(ks)
     ax.set_xlabel("number of components k")

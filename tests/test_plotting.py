@@ -172,6 +172,41 @@ def test_biplot_errors(data):
         plot_biplot(KernelPCA(2).fit(data), data)
 
 
+@pytest.fixture(params=["ppca_ml", "fa_ml", "fa_promax", "ppca_nuts", "fa_nuts"])
+def any_model(request, data):
+    if request.param.endswith("nuts"):
+        return request.getfixturevalue(request.param)
+    if request.param == "ppca_ml":
+        return PPCA(K).fit(data)
+    return FactorAnalysis(K, rotation=None if request.param == "fa_ml" else "promax").fit(data)
+
+
+def test_biplot_and_latent_for_each_model_kind(any_model, data):
+    ax = plot_biplot(any_model, data, arrow_scale=1.0)
+    arrows = _arrows(ax)
+    assert len(arrows) == D
+    if getattr(any_model, "nuts_", None) is None:
+        W = any_model.loadings_
+    else:  # the posterior mean of the draws, rotated like the point estimate
+        W = any_model.loadings_samples_.mean((0, 1)) @ getattr(any_model, "rotation_matrix_", np.eye(K))
+    np.testing.assert_allclose([a.xy for a in arrows], W, rtol=1e-10, atol=1e-12)
+    ax = plot_latent(any_model, data)
+    assert len(_ellipses(ax)) == N
+    np.testing.assert_allclose([e.center for e in _ellipses(ax)], any_model.transform(data), atol=1e-12)
+
+
+def test_latent_factor_analysis_ellipses_from_numpy(data):
+    fa = FactorAnalysis(K, rotation="promax").fit(data)
+    W, psi, R = fa.gaussian_.loadings, fa.noise_variance_, fa.rotation_matrix_
+    cov = np.linalg.inv(np.eye(K) + W.T @ (W / psi[:, None]))
+    r_inv = np.linalg.inv(R)
+    width, height = _ellipse_axes(r_inv @ cov @ r_inv.T, 0.9)  # factors rotated: z_rot = R^-1 z
+    ax = plot_latent(fa, data)
+    np.testing.assert_allclose([e.width for e in _ellipses(ax)], width, rtol=1e-8)
+    np.testing.assert_allclose([e.height for e in _ellipses(ax)], height, rtol=1e-8)
+    assert ax.get_xlabel() == "factor 1"
+
+
 # --------------------------------------------------------------- loadings
 def test_loadings_heatmap_nuts_mean_and_marked_intervals(fa_nuts):
     ax = plot_loadings(fa_nuts, ci_prob=0.9)
@@ -342,6 +377,7 @@ def test_comparison_from_result_bars_equal_table():
     assert ax.lines[-1].get_label() == "recommended k = 2"
     np.testing.assert_array_equal(ax.lines[-1].get_xdata(), 2)
     assert "one se" in ax.get_title()
+    assert ax.lines[-2].get_label() == "Gavish-Donoho k = 2"
 
 
 def test_comparison_from_bare_table_marks_best_elpd():

@@ -7,7 +7,9 @@
     bayespca demo --out report/ --small
 
 The CSV file has a header row of feature names and one numeric column per
-feature (an empty cell is a missing value, which EM, SVI and NUTS handle).
+feature (an empty cell or ``NA`` is a missing value, which EM, SVI and NUTS
+handle); a first column with an empty header holds row names and is not
+data (as written by R's ``write.csv`` or pandas' ``to_csv``).
 A file that cannot be read as such (missing, empty, ragged, non-numeric)
 stops the command with a one-line message on stderr and exit status 2, the
 status argparse gives to every other usage error.
@@ -64,6 +66,11 @@ def read_csv(path) -> pd.DataFrame:
         raise CLIError(f"data file {str(path)!r} is not a well-formed CSV file: {detail}") from None
     if df.shape[0] == 0:
         raise CLIError(f"data file {str(path)!r} has a header but no data rows")
+    if str(df.columns[0]).startswith("Unnamed: 0"):
+        # An empty first header cell marks row names (R's write.csv, pandas' to_csv with its index).
+        df = df.set_index(df.columns[0]).rename_axis(None)
+        if df.shape[1] == 0:
+            raise CLIError(f"data file {str(path)!r} has row names but no data columns")
     for column in df.columns:
         if pd.api.types.is_bool_dtype(df[column]) or not pd.api.types.is_numeric_dtype(df[column]):
             values = pd.to_numeric(df[column], errors="coerce")

@@ -89,6 +89,25 @@ def test_fit_fa_em_varimax_equals_python_api(frame, csv, tmp_path):
     assert tree.attrs["model"] == "fa"
 
 
+def test_row_names_and_missing_values_as_r_writes_them(frame, tmp_path, capsys):
+    from bayespca.cli import read_csv
+
+    path = tmp_path / "r.csv"
+    lines = ['"","a","b","c","d","e"'] + [
+        f'"{i + 1}",' + ",".join("NA" if (i, j) == (2, 1) else repr(float(v)) for j, v in enumerate(row))
+        for i, row in enumerate(frame.to_numpy())
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    read = read_csv(path)
+    expected = frame.to_numpy().copy()
+    expected[2, 1] = np.nan
+    np.testing.assert_array_equal(read.to_numpy(), expected)
+    assert list(read.columns) == NAMES
+    assert main(["fit", str(path), "--method", "em", "--n-components", "1"]) == 0
+    em = PPCA(1, method="em").fit(expected)
+    assert f"{em.log_likelihood_:.6g}" in capsys.readouterr().out
+
+
 BAD_CSV = {
     "empty": ("", "is empty"),
     "header only": ("a,b,c\n", "no data rows"),

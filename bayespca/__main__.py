@@ -1,3 +1,6 @@
+"""``python -m bayespca``: the ``bayespca`` command (see :mod:`bayespca.cli`)."""
+
 from bayespca.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":
+    raise SystemExit(main())

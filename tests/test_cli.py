@@ -3,6 +3,7 @@
 import argparse
 import subprocess
 import sys
+import types
 import warnings
 from pathlib import Path
 
@@ -169,6 +170,33 @@ def test_compare_follows_the_contract(frame, csv, tmp_path, capsys):
     table = pd.read_csv(out, index_col=0)
     np.testing.assert_allclose(table["elpd"], expected.table["elpd"], rtol=1e-12)
     assert f"recommended n_components = {expected.n_components}" in capsys.readouterr().out
+
+
+def test_compare_passes_the_contract_arguments(frame, csv, tmp_path, capsys, monkeypatch):
+    # A stand-in for bayespca.comparison that records its call: the wiring of the command.
+    calls = []
+    table = pd.DataFrame({"elpd": [-90.0, -80.0, -81.0], "se": [5.0, 4.0, 4.5]},
+                         index=pd.Index([1, 2, 3], name="n_components"))
+
+    def compare_n_components(X, n_components, **kwargs):
+        calls.append((X, n_components, kwargs))
+        return types.SimpleNamespace(table=table, n_components=2, rule="largest elpd", comparison=None)
+
+    monkeypatch.setitem(sys.modules, "bayespca.comparison",
+                        types.SimpleNamespace(compare_n_components=compare_n_components))
+    out, plot = tmp_path / "table.csv", tmp_path / "elpd.png"
+    argv = ["compare", str(csv), "--n-components", "1:3", "--model", "fa", "--cv", "4", "--seed", "9",
+            "--chains", "2", "--draws", "30", "--warmup", "20", "--out", str(out), "--plot", str(plot),
+            "--no-progress"]
+    assert main(argv) == 0
+    ((X, ks, kwargs),) = calls
+    np.testing.assert_array_equal(X.to_numpy(), frame.to_numpy())
+    assert ks == [1, 2, 3]
+    assert kwargs == {"model": "fa", "method": "nuts", "cv": 4, "random_state": 9, "progress_bar": False,
+                      "num_chains": 2, "num_samples": 30, "num_warmup": 20}
+    np.testing.assert_array_equal(pd.read_csv(out, index_col=0)["elpd"], table["elpd"])
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+    assert "recommended n_components = 2 (largest elpd)" in capsys.readouterr().out
 
 
 def test_demo_small_writes_its_report(tmp_path, capsys):

@@ -293,10 +293,13 @@ def build_parser() -> argparse.ArgumentParser:
     fit = sub.add_parser("fit", help="fit pPCA or factor analysis to a CSV file",
                          description="Fit pPCA or factor analysis to a CSV file; print a summary.")
     fit.add_argument("data", help="CSV file: a header row, then one numeric column per feature")
-    fit.add_argument("--model", choices=sorted(_MODELS), default="ppca")
-    fit.add_argument("--n-components", type=_positive_int, default=None,
+    fit.add_argument("--model", choices=sorted(_MODELS), default="ppca",
+                     help="ppca (probabilistic PCA) or fa (factor analysis); default ppca")
+    fit.add_argument("--n-components", type=_positive_int, default=None, metavar="K",
                      help="number of components (default: the estimator's)")
-    fit.add_argument("--method", choices=["nuts", "svi", "em", "closed_form"], default="nuts")
+    fit.add_argument("--method", choices=["nuts", "svi", "em", "closed_form"], default="nuts",
+                     help="nuts: the posterior; svi, em, closed_form (ppca only): point estimates; "
+                     "default nuts")
     fit.add_argument("--prior", choices=sorted(_PRIORS), default="default",
                      help="priors of svi/nuts: default (scale-aware), flat, or ard (Bayesian PCA)")
     fit.add_argument("--rotation", choices=["varimax", "quartimax", "promax", "oblimin"], default=None,
@@ -311,8 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("data", help="CSV file: a header row, then one numeric column per feature")
     compare.add_argument("--n-components", type=parse_components, default=parse_components("1:6"),
                          help="candidates: a range like 1:6 (inclusive), a list like 1,2,4 (default 1:6)")
-    compare.add_argument("--model", choices=sorted(_MODELS), default="ppca")
-    compare.add_argument("--method", choices=["nuts", "svi"], default="nuts")
+    compare.add_argument("--model", choices=sorted(_MODELS), default="ppca", help="default ppca")
+    compare.add_argument("--method", choices=["nuts", "svi"], default="nuts", help="default nuts")
     compare.add_argument("--cv", type=_positive_int, default=5, help="cross-validation folds (default 5)")
     compare.add_argument("--out", default=None, help="write the comparison table as CSV")
     compare.add_argument("--plot", default=None, help="write the elpd-against-k plot (PNG)")

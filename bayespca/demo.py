@@ -116,7 +116,7 @@ def run_demo(out="bayespca-demo", *, small=False, random_state=0, progress=False
     # 3. Bayesian pPCA by NUTS
     ppca = PPCA(
         k, method="nuts", num_chains=chains, num_samples=draws, num_warmup=draws,
-        random_state=random_state,
+        random_state=random_state, progress_bar=progress,
     ).fit(X)
     for name, plot in (
         ("loadings.png", lambda ax: plot_loadings(ppca, ax=ax)),

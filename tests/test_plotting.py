@@ -419,3 +419,22 @@ def test_trace_plots_invariant_variables_with_arviz(ppca_nuts):
     np.testing.assert_allclose(pc.viz["trace"]["eigenvalues"].values[1, 0].get_ydata(), eig[1, :, 0])
     with pytest.raises(ValueError, match="method='nuts'"):
         plot_trace(PPCA(K).fit(np.random.default_rng(0).standard_normal((20, D))))
+
+
+def test_each_function_draws_on_the_axes_it_is_given(data):
+    X = data.to_numpy()
+    ppca, pca = PPCA(K).fit(X), PCA().fit(X)
+    calls = [
+        lambda ax: plot_scree(pca, ax=ax),
+        lambda ax: plot_biplot(pca, X, ax=ax),
+        lambda ax: plot_loadings(ppca, ax=ax),
+        lambda ax: plot_latent(ppca, X, ax=ax),
+        lambda ax: plot_noise(ppca, ax=ax),
+        lambda ax: plot_comparison(_comparison_table(), ax=ax),
+        lambda ax: plot_kernel_pca(KernelPCA(2).fit(X), ax=ax),
+    ]
+    fig, axes = plt.subplots(1, len(calls))
+    for call, ax in zip(calls, axes, strict=True):
+        assert call(ax) is ax
+    assert all(ax.has_data() for ax in axes)
+    assert len(plt.get_fignums()) == 1

@@ -578,7 +578,7 @@ def plot_kernel_pca(model, X=None, *, components=(0, 1), labels=None, ax=None):
 
     With ``X=None`` the training points, ``a_j sqrt(lambda_j)`` (eigenvector
     times root eigenvalue of the centred Gram matrix); else ``model.transform(X)``.
-    Axis labels give each component's share of the kept eigenvalues.
+    Axis labels give each component's eigenvalue of the centred Gram matrix.
 
     Parameters
     ----------
@@ -609,9 +609,8 @@ def plot_kernel_pca(model, X=None, *, components=(0, 1), labels=None, ax=None):
     Z = model.eigenvectors_ * np.sqrt(evals) if X is None else np.asarray(model.transform(X))
     ax = _new_axes(ax)
     _scatter_labelled(ax, Z[:, comps[0]], Z[:, comps[1]], labels, s=12)
-    share = evals / evals.sum()
-    ax.set_xlabel(f"kPC{comps[0] + 1} ({100 * share[comps[0]]:.1f}%)")
-    ax.set_ylabel(f"kPC{comps[1] + 1} ({100 * share[comps[1]]:.1f}%)")
+    ax.set_xlabel(f"kPC{comps[0] + 1} (eigenvalue {evals[comps[0]]:.4g})")
+    ax.set_ylabel(f"kPC{comps[1] + 1} (eigenvalue {evals[comps[1]]:.4g})")
     kernel = model.kernel if isinstance(model.kernel, str) else getattr(model.kernel, "__name__", "callable")
     ax.set_title(f"Kernel PCA embedding ({kernel} kernel)")
     return ax

@@ -187,7 +187,9 @@ def _fit(args) -> int:
     with pd.option_context("display.width", 120, "display.max_rows", 200):
         print(_summary(model, names).to_string())
     for w in caught:
-        print(f"warning: {' '.join(str(w.message).split())}", file=sys.stderr)
+        # The sampler's and estimators' advice (SamplingWarning, Heywood cases), not library deprecations.
+        if issubclass(w.category, UserWarning):
+            print(f"warning: {' '.join(str(w.message).split())}", file=sys.stderr)
     if args.out is not None:
         _datatree(model, args, names).to_netcdf(args.out, engine="h5netcdf")
         print(f"wrote {args.out}")

@@ -24,7 +24,7 @@ import numbers
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.patches import Ellipse
+from matplotlib.collections import EllipseCollection
 
 from bayespca.data import check_is_fitted
 
@@ -363,12 +363,22 @@ def plot_loadings(model, *, kind="heatmap", ci_prob=0.89, feature_names=None, ax
 
 
 # ------------------------------------------------------------ latent space
-def _ellipse(mean, cov, radius, **kwargs):
-    """The ellipse ``{z : (z - mean)^T cov^{-1} (z - mean) = radius^2}`` of a 2 x 2 covariance."""
-    evals, evecs = np.linalg.eigh(cov)
-    angle = np.degrees(np.arctan2(evecs[1, 1], evecs[0, 1]))
-    width, height = 2 * radius * np.sqrt(np.maximum(evals[::-1], 0.0))
-    return Ellipse(mean, width, height, angle=angle, **kwargs)
+def _ellipses(ax, means, covs, radius, colours, alpha):
+    """One collection of the ellipses ``{z : (z - m_i)^T C_i^{-1} (z - m_i) = radius^2}`` (2 x 2 ``C_i``)."""
+    evals, evecs = np.linalg.eigh(covs)  # ascending: column 1 is the major axis
+    angles = np.degrees(np.arctan2(evecs[:, 1, 1], evecs[:, 0, 1]))
+    axes = 2 * radius * np.sqrt(np.maximum(evals[:, ::-1], 0.0))
+    facecolors = np.array(colours, dtype=float)
+    facecolors[:, 3] = alpha
+    collection = EllipseCollection(
+        axes[:, 0], axes[:, 1], angles, units="xy", offsets=means, offset_transform=ax.transData,
+        facecolors=facecolors, edgecolors="none",
+    )
+    ax.add_collection(collection)
+    # The ellipses lie within a circle of their major semi-axis: enough for the axis limits.
+    half = axes[:, :1] / 2
+    ax.update_datalim(np.concatenate([means - half, means + half]))
+    return collection
 
 
 def plot_latent(model, X, *, components=(0, 1), prob=0.9, labels=None, ax=None):
@@ -396,7 +406,10 @@ def plot_latent(model, X, *, components=(0, 1), prob=0.9, labels=None, ax=None):
     Returns
     -------
     matplotlib.axes.Axes
-        One ``Ellipse`` patch per point, in row order.
+        The ellipses are one ``EllipseCollection`` (``ax.collections[-1]``),
+        one ellipse per point in row order: ``get_widths()`` (major axes),
+        ``get_heights()``, ``get_angles()`` (degrees), ``get_offsets()``
+        (centres).
 
     Examples
     --------
@@ -404,7 +417,7 @@ def plot_latent(model, X, *, components=(0, 1), prob=0.9, labels=None, ax=None):
     >>> from bayespca import PPCA
     >>> X = load_iris().data
     >>> ax = plot_latent(PPCA(2).fit(X), X)
-    >>> len(ax.patches)
+    >>> len(ax.collections[-1].get_widths())
     150
     """
     if not hasattr(model, "latent_posterior"):
@@ -419,11 +432,7 @@ def plot_latent(model, X, *, components=(0, 1), prob=0.9, labels=None, ax=None):
     ax = _new_axes(ax)
     colours = _scatter_labelled(ax, mean[:, comps[0]], mean[:, comps[1]], labels, s=10, zorder=3)
     # Many overlapping ellipses saturate: fainter fill as the points get more.
-    alpha = float(np.clip(5.0 / n, 0.04, 0.25))
-    for i in range(n):
-        ax.add_patch(
-            _ellipse(mean[i, comps], cov[i], radius, facecolor=colours[i], alpha=alpha, edgecolor="none")
-        )
+    _ellipses(ax, mean[:, comps], cov, radius, colours, alpha=float(np.clip(5.0 / n, 0.04, 0.25)))
     ax.autoscale_view()
     xlabel, ylabel = _axis_names(model, comps)
     ax.set_xlabel(xlabel)

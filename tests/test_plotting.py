@@ -11,7 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
-from matplotlib.patches import Ellipse, Rectangle  # noqa: E402
+from matplotlib.collections import EllipseCollection  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
 from matplotlib.text import Annotation  # noqa: E402
 from sklearn.decomposition import PCA as SkPCA  # noqa: E402
 from sklearn.decomposition import KernelPCA as SkKernelPCA  # noqa: E402
@@ -245,8 +246,17 @@ def test_loadings_heatmap_ml_and_interval_needs_nuts(data):
 
 
 # ----------------------------------------------------------- latent space
+class _Ellipse(types.SimpleNamespace):
+    """One ellipse of the plotted EllipseCollection."""
+
+
 def _ellipses(ax):
-    return [p for p in ax.patches if isinstance(p, Ellipse)]
+    (coll,) = [c for c in ax.collections if isinstance(c, EllipseCollection)]
+    return [
+        _Ellipse(width=w, height=h, angle=a, center=c, facecolor=f)
+        for w, h, a, c, f in zip(coll.get_widths(), coll.get_heights(), coll.get_angles(),
+                                 coll.get_offsets(), coll.get_facecolors(), strict=True)
+    ]
 
 
 def test_latent_ml_ellipses_from_woodbury_free_numpy(data):
@@ -263,6 +273,10 @@ def test_latent_ml_ellipses_from_woodbury_free_numpy(data):
     np.testing.assert_allclose([e.height for e in ellipses], height, rtol=1e-8)
     np.testing.assert_allclose([e.center for e in ellipses], means, atol=1e-8)
     np.testing.assert_allclose(ax.collections[0].get_offsets(), means, atol=1e-8)
+    # The width runs along the major eigenvector of the covariance.
+    major = np.linalg.eigh(cov)[1][:, 1]
+    angle = np.radians(ellipses[0].angle)
+    np.testing.assert_allclose(abs(np.cos(angle) * major[1] - np.sin(angle) * major[0]), 0, atol=1e-10)
 
 
 def test_latent_missing_entry_gets_its_own_larger_ellipse(data):
@@ -300,7 +314,7 @@ def test_latent_nuts_ellipses_are_mixture_covariances(ppca_nuts, data):
     np.testing.assert_allclose([[e.width, e.height] for e in ellipses], expected, rtol=1e-8)
     np.testing.assert_allclose([e.center for e in ellipses], mean, rtol=1e-8, atol=1e-12)
     # Colour by label: the ellipse of each point has its point's colour.
-    assert ellipses[0].get_facecolor()[:3] != ellipses[1].get_facecolor()[:3]
+    assert tuple(ellipses[0].facecolor[:3]) != tuple(ellipses[1].facecolor[:3])
 
 
 def test_latent_rejects_pca(data):

@@ -1,4 +1,4 @@
-# One command each on a fresh machine: `make demo` runs the quickstart,
+# One command each on a fresh machine: `make demo` runs `bayespca demo`,
 # `make test` the test suite, `make bench` the benchmarks. Each creates
 # .venv with a Python >= 3.12 on first use.
 VENV ?= .venv
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/quickstart.py
+	$(VENV)/bin/bayespca demo --out bayespca-demo
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -20,7 +20,6 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
 )
 os.environ.setdefault("BAYESPCA_NOTEBOOK_SMALL", "1")
-os.environ.setdefault("MPLBACKEND", "Agg")
 
 import bayespca  # noqa: E402
 

@@ -64,21 +64,21 @@ _JAX_BATCH_ELEMENTS = 1 << 22
 class Kernel:
     r"""A kernel function ``k(x, y)``, evaluated on all pairs of rows.
 
-    ===============  =======================================================
-    name             ``k(x, y)``
-    ===============  =======================================================
-    ``"linear"``     :math:`x^\top y`
-    ``"poly"``       :math:`(\gamma\, x^\top y + c_0)^{p}`
-    ``"rbf"``        :math:`\exp(-\gamma \lVert x - y\rVert_2^2)`
-    ``"laplacian"``  :math:`\exp(-\gamma \lVert x - y\rVert_1)` (L1 norm, as
-                     scikit-learn; kernlab's ``laplacedot`` uses the L2 norm)
-    ``"sigmoid"``    :math:`\tanh(\gamma\, x^\top y + c_0)` (not positive
-                     semi-definite in general)
-    ``"cosine"``     :math:`x^\top y / (\lVert x\rVert \lVert y\rVert)`, 0 when
-                     either vector is 0
-    ``"precomputed"`` ``X`` already is the Gram matrix and is returned as is
-    callable         ``f(x, y, **params)`` on two 1-D rows, returning a scalar
-    ===============  =======================================================
+    =================  =======================================================
+    name               ``k(x, y)``
+    =================  =======================================================
+    ``"linear"``       :math:`x^\top y`
+    ``"poly"``         :math:`(\gamma\, x^\top y + c_0)^{p}`
+    ``"rbf"``          :math:`\exp(-\gamma \lVert x - y\rVert_2^2)`
+    ``"laplacian"``    :math:`\exp(-\gamma \lVert x - y\rVert_1)` (L1 norm, as
+                       scikit-learn; kernlab's ``laplacedot`` uses the L2 norm)
+    ``"sigmoid"``      :math:`\tanh(\gamma\, x^\top y + c_0)` (not positive
+                       semi-definite in general)
+    ``"cosine"``       :math:`x^\top y / (\lVert x\rVert \lVert y\rVert)`, 0 when
+                       either vector is 0
+    ``"precomputed"``  ``X`` already is the Gram matrix and is returned as is
+    callable           ``f(x, y, **params)`` on two 1-D rows, returning a scalar
+    =================  =======================================================
 
     A callable written with ``jax.numpy`` is vectorised with ``jax.vmap`` over
     all pairs (fast); any other callable is called once per pair, as in

@@ -371,7 +371,7 @@ class _Problem(NamedTuple):
 class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Sparse PCA by the elastic-net criterion of Zou, Hastie & Tibshirani (2006).
 
-    Minimises, over ``A`` (``d x k``, orthonormal columns) and ``B`` (``d x k``),
+    Minimises, over ``A`` (``d x k``, orthonormal columns) and ``B`` (``d x k``)::
 
         1/(2n) ||Xc - Xc B A^T||_F^2 + alpha l1_ratio sum_j |b_j|_1 + alpha (1 - l1_ratio)/2 ||B||_F^2
 

@@ -54,7 +54,8 @@ def _naive_run(X, k, draws, seed):
     s = mcmc.get_samples()
     g = LowRankGaussian(s["W"], jax.numpy.repeat(s["sigma"][:, None] ** 2, X.shape[1], 1), s["mu"])
     ll = np.asarray(jax.lax.map(lambda p: log_prob(LowRankGaussian(*p), X), tuple(g)))
-    tree = from_dict({"log_likelihood": {"X": ll[None]}, "posterior": {"sigma": np.asarray(s["sigma"])[None]}})
+    sigma = np.asarray(s["sigma"])[None]
+    tree = from_dict({"log_likelihood": {"X": ll[None]}, "posterior": {"sigma": sigma}})
     result = loo(tree)
     wall = time.perf_counter() - start
     steps = float(np.mean(mcmc.get_extra_fields()["num_steps"]))

@@ -66,10 +66,10 @@ SMALL_ELPD_DIFF = 4.0
 _MODELS = ("ppca", "fa")
 _WEIGHT_METHODS = ("stacking", "BB-pseudo-BMA", "pseudo-BMA")
 _SVI_REFUSAL = (
-    "PSIS-LOO needs posterior draws: {what} was fitted with method='svi', whose Gaussian guide "
-    "cannot follow the rotation orbit W R of the loadings (the importance ratios "
-    "p(theta, X) / q(theta) of Magnusson et al. 2019 have Pareto k-hat > 1 for k >= 2, so the "
-    "estimate would be unreliable). Fit with method='nuts' to compare models."
+    "{what}: PSIS-LOO needs posterior draws, and the Gaussian guide of method='svi' cannot "
+    "follow the rotation orbit W R of the loadings (the importance ratios p(theta, X) / q(theta) "
+    "of Magnusson et al. 2019 have Pareto k-hat > 1 for k >= 2, so the estimate would be "
+    "unreliable). Fit with method='nuts' to compare models."
 )
 
 
@@ -131,7 +131,7 @@ def _datatree(model: Any, name: str):
             f"DataTree with a log_likelihood group, or an ELPDData; got {type(model).__name__}."
         )
     if getattr(model, "method_", None) == "svi":
-        raise ValueError(_SVI_REFUSAL.format(what=f"models[{name!r}]"))
+        raise ValueError(_SVI_REFUSAL.format(what=f"models[{name!r}] was fitted with method='svi'"))
     if getattr(model, "nuts_", None) is None:
         raise ValueError(
             f"models[{name!r}] has no posterior (method_={model.method_!r}); fit it with "
@@ -460,7 +460,7 @@ def compare_n_components(
     if model not in _MODELS:
         raise ValueError(f"model must be one of {list(_MODELS)}; got {model!r}.")
     if method == "svi":
-        raise ValueError(_SVI_REFUSAL.format(what="each k"))
+        raise ValueError(_SVI_REFUSAL.format(what="method='svi' is not supported"))
     if method != "nuts":
         raise ValueError(f"method must be 'nuts' (or 'svi', which is refused); got {method!r}.")
     arr = as_float_matrix(X, name="X", allow_nan=True)

@@ -266,10 +266,10 @@ def test_missing_values_use_observed_entries():
 
 # ----------------------------------------------------------- Pareto k-hat
 def test_high_khat_warns_with_fixes():
-    # A normal-mean model with two draws-starved chains and an extreme row: the
+    # A normal-mean model with two short chains and a row 20 sd out: the
     # importance weights of that row are heavy-tailed.
     rng = np.random.default_rng(0)
-    x = np.append(rng.normal(size=30), 12.0)
+    x = np.append(rng.normal(size=30), 20.0)
     mu = x.mean() + rng.normal(size=(2, 100)) / np.sqrt(x.size)
     tree = from_dict({"posterior": {"mu": mu}, "log_likelihood": {"x": -0.5 * (x - mu[..., None]) ** 2}})
     with warnings.catch_warnings():

@@ -10,6 +10,7 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+from bayespca.comparison import ComparisonResult, compare, compare_n_components  # noqa: E402
 from bayespca.kernel_pca import KernelPCA  # noqa: E402
 from bayespca.kernels import FourierMap, Kernel, NystroemMap  # noqa: E402
 from bayespca.pca import PCA  # noqa: E402
@@ -21,6 +22,7 @@ from bayespca.sparse_pca import SparsePCA, sparse_pca_path  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
+    "ComparisonResult",
     "FourierMap",
     "Kernel",
     "KernelPCA",
@@ -32,6 +34,8 @@ __all__ = [
     "Selection",
     "SparsePCA",
     "__version__",
+    "compare",
+    "compare_n_components",
     "procrustes",
     "rotate",
     "select_n_components",

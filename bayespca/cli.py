@@ -216,20 +216,14 @@ def parse_components(text: str) -> list[int]:
 
 def _compare(args) -> int:
     df = read_csv(args.data)
-    try:
-        from bayespca.comparison import compare_n_components
-    except ImportError:
-        print("bayespca: error: this installation has no bayespca.comparison module", file=sys.stderr)
-        return 1
-    fit_kwargs = {}
-    if args.method == "nuts":
-        fit_kwargs = {"num_chains": args.chains, "num_samples": args.draws, "num_warmup": args.warmup}
+    from bayespca.comparison import compare_n_components
+
+    fit_kwargs = {"num_chains": args.chains, "num_samples": args.draws, "num_warmup": args.warmup}
     try:
         result = compare_n_components(
             df,
             n_components=args.n_components,
             model=args.model,
-            method=args.method,
             cv=args.cv,
             random_state=args.seed,
             progress_bar=args.progress,
@@ -317,7 +311,6 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--n-components", type=parse_components, default=parse_components("1:6"),
                          help="candidates: a range like 1:6 (inclusive), a list like 1,2,4 (default 1:6)")
     compare.add_argument("--model", choices=sorted(_MODELS), default="ppca", help="default ppca")
-    compare.add_argument("--method", choices=["nuts", "svi"], default="nuts", help="default nuts")
     compare.add_argument("--cv", type=_positive_int, default=5, help="cross-validation folds (default 5)")
     compare.add_argument("--out", default=None, help="write the comparison table as CSV")
     compare.add_argument("--plot", default=None, help="write the elpd-against-k plot (PNG)")

@@ -15,12 +15,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("sphinx")
-pytest.importorskip("myst_nb")
-pytest.importorskip("pydata_sphinx_theme")
-pytest.importorskip("numpydoc")
-
-import bayespca  # noqa: E402
+import bayespca
 
 ROOT = Path(__file__).resolve().parent.parent
 

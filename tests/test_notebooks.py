@@ -8,24 +8,20 @@ print them; here a notebook fails if any cell raises or runs past the cell
 timeout. Notebooks are stored without outputs, which is checked first.
 """
 
-import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
 
+import ipykernel  # noqa: F401 - the kernel the notebooks run in
+import nbclient
+import nbformat
 import pytest
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-pytest.importorskip("ipykernel")
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 CELL_TIMEOUT_S = 300  # a NUTS cell takes ~30 s on a loaded 2-core machine
 KERNEL = "bayespca-test"
-# Notebooks that need a module which is not merged yet (issue 5's bayespca.comparison).
-NEEDS = {"04_model_comparison": "bayespca.comparison"}
 
 
 @pytest.fixture
@@ -48,9 +44,6 @@ def test_notebooks_found():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_executes(path, kernel_env):
-    module = NEEDS.get(path.stem)
-    if module is not None and importlib.util.find_spec(module) is None:
-        pytest.skip(f"{path.name} needs {module}")
     nb = nbformat.read(path, as_version=4)
     stored = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
     assert not stored, f"{path.name}: cells {stored} were saved with outputs; clear them before committing."

@@ -15,8 +15,9 @@ chooses how the sampler is kept off that ridge:
 
 ``"polar"`` (pPCA default)
     ``W = U diag(l)`` with ``U = Z L^{-T}``, ``Z^T Z = L L^T``: the
-    orthonormal factor of an unconstrained ``d x k`` matrix ``Z ~ N(0, I)``,
-    so ``U`` is uniform on the Stiefel manifold,
+    orthonormal factor of an unconstrained ``d x k`` matrix ``Z`` whose
+    density depends on ``Z^T Z`` only, so ``U`` is uniform on the Stiefel
+    manifold,
     and ``l_1 > ... > l_k > 0``. The likelihood depends on ``U diag(l^2) U^T``
     only, ``l^2`` are the eigenvalues of ``W W^T`` and each column of ``U`` is
     identified up to its sign, which is fixed after sampling (positive inner
@@ -240,6 +241,26 @@ def _lower_triangular(w: np.ndarray) -> np.ndarray:
     return lt * signs
 
 
+# Width of the radial part of the polar expansion (see _tube_log_density).
+_TUBE_WIDTH = 0.2
+
+
+def _tube_log_density(z: jax.Array) -> jax.Array:
+    """Log-density of the expanded matrix ``Z`` of the polar identification, up to a constant.
+
+    ``Z = U R`` (``R`` upper triangular). Any density of the form
+    ``g(Z^T Z)`` is invariant under ``Z -> Q Z`` (``Q`` orthogonal), so ``U``
+    is uniform on the Stiefel manifold and independent of ``R``; ``g`` only
+    sets how the redundant, data-free ``R`` moves. ``Z ~ N(0, I)`` lets
+    ``R_jj`` come near 0 when ``d`` is small, where the scale of ``U`` in
+    ``Z`` coordinates shrinks with it (a funnel: divergences at d=6, k=2).
+    ``g(G) = exp(-|G - I|_F^2 / (8 tau^2))`` keeps ``Z`` in a thin shell,
+    ``R`` within a few ``tau`` of ``c I`` (``c`` grows slowly with ``d``).
+    """
+    gram_dev = z.T @ z - jnp.eye(z.shape[1])
+    return -jnp.sum(gram_dev**2) / (8 * _TUBE_WIDTH**2)
+
+
 class _Parameterisation:
     """Map between the sampler's unconstrained vector and ``(W, noise, mu)``."""
 
@@ -258,7 +279,7 @@ class _Parameterisation:
             # Decreasing positive scales as a reversed cumulative sum of exponentials.
             scales = jnp.cumsum(jnp.exp(theta["log_gaps"])[::-1])[::-1]
             log_jac += jnp.sum(theta["log_gaps"])
-            extra += -0.5 * jnp.sum(z**2)  # Z ~ N(0, I): U uniform on the Stiefel manifold
+            extra += _tube_log_density(z)
             w = u * scales
         elif self.identification == "lower_triangular":
             diag = jnp.exp(theta["log_diag"])
@@ -284,7 +305,7 @@ class _Parameterisation:
             scales = np.linalg.norm(w, axis=0)
             order = np.argsort(-scales)
             scales, u = scales[order], (w / np.where(scales > 0, scales, 1.0))[:, order]
-            gaps = -np.diff(np.append(scales, 0.0)[::-1])[::-1]
+            gaps = -np.diff(np.append(scales, 0.0))  # l_j - l_{j+1}, with l_{k+1} = 0
             theta["Z"] = u
             theta["log_gaps"] = np.log(np.maximum(gaps, 1e-3 * max(scales[0], 1e-12)))
         elif self.identification == "lower_triangular":

@@ -56,7 +56,7 @@ from numpyro.infer import MCMC, NUTS
 from bayespca.data import as_float_matrix
 from bayespca.gaussian import LowRankGaussian, log_likelihood_from_stats, log_prob
 from bayespca.linalg import centred_scatter
-from bayespca.models import SufficientStatistics, _as_site_distribution, _resolve_priors
+from bayespca.models import SufficientStatistics, _as_site_distribution, resolve_priors
 
 __all__ = [
     "IDENTIFICATIONS",
@@ -403,10 +403,10 @@ def fit_nuts(
     ard = isinstance(priors, str) and priors == "ard"
     patterns = missing_patterns(arr, max_patterns)
     if missing:
-        prior_set = _resolve_priors(None if ard else priors, noise=noise, X=arr, suff_stats=None, d=d)
+        prior_set = resolve_priors(None if ard else priors, noise=noise, X=arr, suff_stats=None, d=d)
     else:
         stats = patterns.stats[0]
-        prior_set = _resolve_priors(None if ard else priors, noise=noise, X=None, suff_stats=stats, d=d)
+        prior_set = resolve_priors(None if ard else priors, noise=noise, X=None, suff_stats=stats, d=d)
     w_prior = _as_site_distribution(prior_set.loadings, (d, k), "loadings")
     noise_prior = _as_site_distribution(prior_set.noise, () if noise == "isotropic" else (d,), "noise")
     mean_prior = _as_site_distribution(prior_set.mean, (d,), "mean")

@@ -26,8 +26,11 @@ chooses how the sampler is kept off that ridge:
     ``p(W)`` invariant under ``W -> W V`` (the defaults), ``(U, l)`` has
     density ``p(U diag(l)) prod_j l_j^(d-k) prod_{i<j} (l_i^2 - l_j^2)``
     (the SVD's volume element), so the posterior of ``W W^T`` is exactly that
-    of the unconstrained model. With ``prior="ard"`` the precision
-    ``alpha_j`` belongs to column ``j`` of the identified ``U diag(l)``.
+    of the unconstrained model. With ``prior="ard"`` (not rotation-invariant)
+    the precision ``alpha_j`` belongs to column ``j`` of ``U diag(l)`` and
+    the density is ``p(U diag(l) | alpha)`` with respect to Haar measure and
+    Lebesgue measure on ``l`` (the volume element's repulsion between the
+    ``l_j`` would keep superfluous components from shrinking together).
 ``"lower_triangular"`` (FA default)
     ``W_jl = 0`` for ``l > j`` and ``W_jj > 0`` (log scale); the loadings
     prior is evaluated at this ``W`` (its fixed zeros add a constant).
@@ -43,6 +46,13 @@ The mean is sampled in whitened coordinates ``mu = xbar + L_C eta / sqrt(n)``
 (``L_C`` the Cholesky factor of the maximum-likelihood covariance), an
 affine map that makes the mean's posterior close to ``N(0, I)`` in ``eta``
 so diagonal mass-matrix adaptation suffices.
+
+Up to 2000 parameters, the sampler moves ``xi`` with ``theta = theta_ML + S xi``,
+``S S^T`` the inverse Hessian of the negative log posterior at the
+maximum-likelihood start (the Laplace approximation whitened): NUTS then sees
+near unit-scale geometry whatever ``n``, and each chain starts at a draw of
+that approximation. (Measured at d=20, k=3: a median 15 leapfrog steps per
+draw at n=10^3 and at n=10^5.)
 """
 
 from __future__ import annotations
@@ -269,8 +279,9 @@ def _tube_log_density(z: jax.Array) -> jax.Array:
 class _Parameterisation:
     """Map between the sampler's unconstrained vector and ``(W, noise, mu)``."""
 
-    def __init__(self, d, k, noise, identification, xbar, mean_factor):
+    def __init__(self, d, k, noise, identification, xbar, mean_factor, svd_volume=True):
         self.d, self.k, self.noise, self.identification = d, k, noise, identification
+        self.svd_volume = svd_volume
         self.xbar, self.mean_factor = jnp.asarray(xbar), jnp.asarray(mean_factor)
         self.tril = np.tril_indices(d, -1, k)
 
@@ -285,10 +296,11 @@ class _Parameterisation:
             scales = jnp.cumsum(jnp.exp(theta["log_gaps"])[::-1])[::-1]
             log_jac += jnp.sum(theta["log_gaps"])
             extra += _tube_log_density(z)
-            # Volume of W = U diag(l) V^T (SVD): prod_j l_j^(d-k) prod_{i<j} (l_i^2 - l_j^2).
-            i, j = np.triu_indices(self.k, 1)
-            log_jac += (self.d - self.k) * jnp.sum(jnp.log(scales))
-            log_jac += jnp.sum(jnp.log(scales[i] - scales[j]) + jnp.log(scales[i] + scales[j]))
+            if self.svd_volume:
+                # Volume of W = U diag(l) V^T (SVD): prod_j l_j^(d-k) prod_{i<j} (l_i^2 - l_j^2).
+                i, j = np.triu_indices(self.k, 1)
+                log_jac += (self.d - self.k) * jnp.sum(jnp.log(scales))
+                log_jac += jnp.sum(jnp.log(scales[i] - scales[j]) + jnp.log(scales[i] + scales[j]))
             w = u * scales
         elif self.identification == "lower_triangular":
             diag = jnp.exp(theta["log_diag"])
@@ -426,7 +438,7 @@ def fit_nuts(
     xbar = np.nanmean(arr, axis=0)
     cov = np.asarray(ref.loadings) @ np.asarray(ref.loadings).T + np.diag(np.asarray(ref.noise))
     mean_factor = np.linalg.cholesky(cov) / np.sqrt(n)
-    par = _Parameterisation(d, k, noise, identification, xbar, mean_factor)
+    par = _Parameterisation(d, k, noise, identification, xbar, mean_factor, svd_volume=not ard)
     reference_w = np.asarray(ref.loadings)
     if identification == "lower_triangular":
         reference_w = _lower_triangular(reference_w)
@@ -530,8 +542,8 @@ def _laplace_factor(potential, centre) -> jax.Array:
     """
     h = np.asarray(jax.hessian(potential)(centre))
     vals, vecs = np.linalg.eigh(0.5 * (h + h.T))
-    # Flat or curved-down directions (the start is the ML point, not the MAP) get an sd of at most 10.
-    floor = max(1e-8 * vals.max(), 1e-2)
+    # Flat or curved-down directions (the start is the ML point, not the MAP) get an sd of at most 3.
+    floor = max(1e-8 * vals.max(), 0.1)
     return jnp.asarray(vecs / np.sqrt(np.maximum(vals, floor)))
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "LowRankGaussian",
     "MissingConditional",
     "canonical_loadings",
+    "capacitance_cholesky",
     "conditional_missing",
     "covariance",
     "latent_posterior",
@@ -78,8 +79,28 @@ class LowRankGaussian(NamedTuple):
     mean: jax.Array
 
 
-def _capacitance_cholesky(g: LowRankGaussian) -> tuple[jax.Array, jax.Array]:
-    """Lower Cholesky factor of ``M = I + W^T Psi^{-1} W`` and ``Psi^{-1} W``."""
+def capacitance_cholesky(g: LowRankGaussian) -> tuple[jax.Array, jax.Array]:
+    """Lower Cholesky factor of the capacitance ``M = I + W^T Psi^{-1} W``, and ``Psi^{-1} W``.
+
+    ``M`` is the k x k matrix of the Woodbury identity and the determinant
+    lemma, ``C^{-1} = Psi^{-1} - Psi^{-1} W M^{-1} W^T Psi^{-1}``,
+    ``log|C| = log|Psi| + log|M|``; its inverse is the posterior covariance of ``z``.
+
+    Returns
+    -------
+    chol : Array of shape (k, k)
+        Lower triangular, ``chol @ chol.T = M``.
+    scaled : Array of shape (d, k)
+        ``Psi^{-1} W``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> g = LowRankGaussian(np.array([[1.0], [2.0]]), np.array([0.5, 1.0]), np.zeros(2))
+    >>> chol, scaled = capacitance_cholesky(g)
+    >>> round(float(chol[0, 0] ** 2), 12), np.asarray(scaled).ravel().tolist()  # 1 + 1/0.5 + 4/1
+    (7.0, [2.0, 2.0])
+    """
     w = jnp.asarray(g.loadings)
     scaled = w / jnp.asarray(g.noise)[:, None]
     m = jnp.eye(w.shape[1], dtype=w.dtype) + w.T @ scaled
@@ -131,7 +152,7 @@ def log_prob(g: LowRankGaussian, X: jax.Array, observed: jax.Array | None = None
 
 @jax.jit
 def _log_prob_complete(g: LowRankGaussian, X: jax.Array) -> jax.Array:
-    chol, scaled = _capacitance_cholesky(g)
+    chol, scaled = capacitance_cholesky(g)
     resid = jnp.asarray(X) - g.mean
     proj = solve_triangular(chol, (resid @ scaled).T, lower=True)  # (k, n)
     quad = jnp.sum(resid**2 / g.noise, axis=1) - jnp.sum(proj**2, axis=0)
@@ -258,7 +279,7 @@ def log_likelihood_from_stats(
     >>> bool(np.isclose(total, log_prob(g, X).sum()))
     True
     """
-    chol, scaled = _capacitance_cholesky(g)
+    chol, scaled = capacitance_cholesky(g)
     scatter = jnp.asarray(scatter)
     return _stats_log_likelihood(
         g, chol, scaled, n_samples, jnp.asarray(mean), jnp.diag(scatter), scatter @ scaled
@@ -319,7 +340,7 @@ def latent_posterior(
 
 @jax.jit
 def _latent_posterior_complete(g: LowRankGaussian, X: jax.Array) -> LatentPosterior:
-    chol, scaled = _capacitance_cholesky(g)
+    chol, scaled = capacitance_cholesky(g)
     rhs = (jnp.asarray(X) - g.mean) @ scaled  # (n, k)
     mean = cho_solve((chol, True), rhs.T).T
     cov = cho_solve((chol, True), jnp.eye(chol.shape[0], dtype=chol.dtype))
@@ -463,6 +484,6 @@ def precision(g: LowRankGaussian) -> jax.Array:
     ``C^{-1} = Psi^{-1} - (Psi^{-1} W) M^{-1} (Psi^{-1} W)^T``; only the k x k
     capacitance ``M`` is factorised.
     """
-    chol, scaled = _capacitance_cholesky(g)
+    chol, scaled = capacitance_cholesky(g)
     inner = cho_solve((chol, True), scaled.T)  # (k, d) = M^{-1} W^T Psi^{-1}
     return jnp.diag(1.0 / jnp.asarray(g.noise)) - scaled @ inner

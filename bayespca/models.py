@@ -53,6 +53,7 @@ __all__ = [
     "default_priors",
     "factor_analysis",
     "ppca",
+    "resolve_priors",
     "suff_stats_log_likelihood",
     "sufficient_statistics",
 ]
@@ -241,10 +242,37 @@ def _flat_priors(noise: str, n_features: int) -> Priors:
     )
 
 
-def _resolve_priors(
+def resolve_priors(
     priors: Any, *, noise: str, X: Any, suff_stats: SufficientStatistics | None, d: int
 ) -> Priors:
-    """Turn the ``priors`` argument of a model into a :class:`Priors` with no None field."""
+    """Turn the ``priors`` argument of a model into a :class:`Priors` with no None field.
+
+    Parameters
+    ----------
+    priors : None, "flat", Priors or dict
+        None: :func:`default_priors`; ``"flat"``: improper flat priors (the
+        MAP is then the ML estimate); a :class:`Priors` or a dict with its
+        field names, whose None fields take the defaults.
+    noise : {"isotropic", "diagonal"}
+    X : array-like of shape (n, d) or None
+        Data for the scale-aware defaults (or ``suff_stats``).
+    suff_stats : SufficientStatistics or None
+    d : int
+        Number of features.
+
+    Returns
+    -------
+    Priors
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p = resolve_priors(
+    ...     {"noise": dist.HalfNormal(2.0)}, noise="isotropic", X=np.eye(3), suff_stats=None, d=3
+    ... )
+    >>> float(p.noise.scale), type(p.loadings).__name__
+    (2.0, 'Normal')
+    """
     if isinstance(priors, str):
         if priors != "flat":
             raise ValueError(
@@ -436,7 +464,7 @@ def _low_rank_model(
     if k > d:
         raise ValueError(f"n_components must be at most n_features={d}; got {k}.")
 
-    p = _resolve_priors(priors, noise=noise, X=X, suff_stats=suff_stats, d=d)
+    p = resolve_priors(priors, noise=noise, X=X, suff_stats=suff_stats, d=d)
     W = numpyro.sample("W", _as_site_distribution(p.loadings, (d, k), "loadings"))
     if noise == "isotropic":
         sigma = numpyro.sample("sigma", _as_site_distribution(p.noise, (), "noise"))

@@ -1,6 +1,6 @@
 """ESS per second and leapfrog steps per draw: bayespca's NUTS against naive NumPyro models.
 
-Run: PYTHONPATH=. python benchmarks/bench_nuts.py [--quick]
+Run: PYTHONPATH=. python benchmarks/bench_nuts.py [--quick]   (one BLAS thread)
 
 Models, all on the same data (n=1000, d=20, k=3) in the same process, one chain each:
 
@@ -28,6 +28,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from numpyro.infer import MCMC, NUTS
+from threadpoolctl import threadpool_limits
 
 from bayespca.inference.nuts import fit_nuts
 from bayespca.models import ppca
@@ -108,9 +109,11 @@ def main():
     if not args.quick:
         explicit = functools.partial(ppca, n_components=3, latent="explicit")
         runs.append(("explicit z n=1000", lambda: _naive(explicit, X, naive, naive, 0)))
-    base = None
+    base, walls = None, {}
     for name, run in runs:
-        wall, steps, ess_inv, ess_w = run()
+        with threadpool_limits(1):
+            wall, steps, ess_inv, ess_w = run()
+        walls[name] = wall
         rate = ess_inv / wall
         base = rate if base is None else base
         print(
@@ -118,6 +121,7 @@ def main():
             f"{ess_w / wall:8.2f} {base / rate:9.1f}",
             flush=True,
         )
+    print(f"wall n=100000 / n=1000: {walls['bayespca n=100000'] / walls['bayespca n=1000']:.2f}")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ def tight():
     model = PPCA(
         2,
         method="nuts",
-        identification="procrustes",
         num_warmup=200,
         num_samples=200,
         num_chains=1,

@@ -68,13 +68,13 @@ from sklearn.exceptions import ConvergenceWarning
 
 from bayespca.gaussian import (
     LowRankGaussian,
-    _capacitance_cholesky,
     _masked_factors,
     _masked_log_prob,
     _masked_posterior,
     _stats_log_likelihood,
     _symmetric_packing,
     canonical_loadings,
+    capacitance_cholesky,
 )
 from bayespca.inference.closed_form import MLFit, check_n_components, noise_floor
 from bayespca.linalg import eigh_top, svd_full, svd_randomized
@@ -104,7 +104,7 @@ def _complete_step(params, data, isotropic, data_form):
     w, psi, mu = params
     source, diag_s, n, floor = data
     g = LowRankGaussian(w, psi, mu)
-    chol, scaled = _capacitance_cholesky(g)
+    chol, scaled = capacitance_cholesky(g)
     sa = source.T @ (source @ scaled) / n if data_form else source @ scaled
     ll = _stats_log_likelihood(g, chol, scaled, n, mu, n * diag_s, n * sa)
     b = cho_solve((chol, True), sa.T).T

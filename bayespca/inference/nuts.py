@@ -15,14 +15,22 @@ chooses how the sampler is kept off that ridge:
 
 ``"polar"`` (pPCA default)
     ``W = U diag(l)`` with ``U = Z L^{-T}``, ``Z^T Z = L L^T``: the
-    orthonormal factor of an unconstrained ``d x k`` matrix ``Z ~ N(0, I)``,
-    so ``U`` is uniform on the Stiefel manifold,
+    orthonormal factor of an unconstrained ``d x k`` matrix ``Z`` whose
+    density depends on ``Z^T Z`` only, so ``U`` is uniform on the Stiefel
+    manifold,
     and ``l_1 > ... > l_k > 0``. The likelihood depends on ``U diag(l^2) U^T``
     only, ``l^2`` are the eigenvalues of ``W W^T`` and each column of ``U`` is
     identified up to its sign, which is fixed after sampling (positive inner
-    product with the maximum-likelihood column). The loadings prior ``p(W)``
-    is evaluated at ``U diag(l)``: the prior density of ``(U, l)`` with
-    respect to Haar measure times Lebesgue measure on ``l``.
+    product with the maximum-likelihood column). ``U diag(l) V^T`` is the
+    SVD of an unconstrained ``W`` whose ``V`` is integrated out: with a prior
+    ``p(W)`` invariant under ``W -> W V`` (the defaults), ``(U, l)`` has
+    density ``p(U diag(l)) prod_j l_j^(d-k) prod_{i<j} (l_i^2 - l_j^2)``
+    (the SVD's volume element), so the posterior of ``W W^T`` is exactly that
+    of the unconstrained model. With ``prior="ard"`` (not rotation-invariant)
+    the precision ``alpha_j`` belongs to column ``j`` of ``U diag(l)`` and
+    the density is ``p(U diag(l) | alpha)`` with respect to Haar measure and
+    Lebesgue measure on ``l`` (the volume element's repulsion between the
+    ``l_j`` would keep superfluous components from shrinking together).
 ``"lower_triangular"`` (FA default)
     ``W_jl = 0`` for ``l > j`` and ``W_jj > 0`` (log scale); the loadings
     prior is evaluated at this ``W`` (its fixed zeros add a constant).
@@ -38,6 +46,13 @@ The mean is sampled in whitened coordinates ``mu = xbar + L_C eta / sqrt(n)``
 (``L_C`` the Cholesky factor of the maximum-likelihood covariance), an
 affine map that makes the mean's posterior close to ``N(0, I)`` in ``eta``
 so diagonal mass-matrix adaptation suffices.
+
+Up to 2000 parameters, the sampler moves ``xi`` with ``theta = theta_ML + S xi``,
+``S S^T`` the inverse Hessian of the negative log posterior at the
+maximum-likelihood start (the Laplace approximation whitened): NUTS then sees
+near unit-scale geometry whatever ``n``, and each chain starts at a draw of
+that approximation. (Measured at d=20, k=3: a median 15 leapfrog steps per
+draw at n=10^3 and at n=10^5.)
 """
 
 from __future__ import annotations
@@ -49,13 +64,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 from jax.scipy.linalg import solve_triangular
 from numpyro.infer import MCMC, NUTS
 
 from bayespca.data import as_float_matrix
 from bayespca.gaussian import LowRankGaussian, log_likelihood_from_stats, log_prob
 from bayespca.linalg import centred_scatter
-from bayespca.models import SufficientStatistics, _as_site_distribution, _resolve_priors
+from bayespca.models import SufficientStatistics, _as_site_distribution, resolve_priors
 
 __all__ = [
     "IDENTIFICATIONS",
@@ -240,11 +256,32 @@ def _lower_triangular(w: np.ndarray) -> np.ndarray:
     return lt * signs
 
 
+# Width of the radial part of the polar expansion (see _tube_log_density).
+_TUBE_WIDTH = 0.2
+
+
+def _tube_log_density(z: jax.Array) -> jax.Array:
+    """Log-density of the expanded matrix ``Z`` of the polar identification, up to a constant.
+
+    ``Z = U R`` (``R`` upper triangular). Any density of the form
+    ``g(Z^T Z)`` is invariant under ``Z -> Q Z`` (``Q`` orthogonal), so ``U``
+    is uniform on the Stiefel manifold and independent of ``R``; ``g`` only
+    sets how the redundant, data-free ``R`` moves. ``Z ~ N(0, I)`` lets
+    ``R_jj`` come near 0 when ``d`` is small, where the scale of ``U`` in
+    ``Z`` coordinates shrinks with it (a funnel: divergences at d=6, k=2).
+    ``g(G) = exp(-|G - I|_F^2 / (8 tau^2))`` keeps ``Z`` in a thin shell,
+    ``R`` within a few ``tau`` of ``c I`` (``c`` grows slowly with ``d``).
+    """
+    gram_dev = z.T @ z - jnp.eye(z.shape[1])
+    return -jnp.sum(gram_dev**2) / (8 * _TUBE_WIDTH**2)
+
+
 class _Parameterisation:
     """Map between the sampler's unconstrained vector and ``(W, noise, mu)``."""
 
-    def __init__(self, d, k, noise, identification, xbar, mean_factor):
+    def __init__(self, d, k, noise, identification, xbar, mean_factor, svd_volume=True):
         self.d, self.k, self.noise, self.identification = d, k, noise, identification
+        self.svd_volume = svd_volume
         self.xbar, self.mean_factor = jnp.asarray(xbar), jnp.asarray(mean_factor)
         self.tril = np.tril_indices(d, -1, k)
 
@@ -258,7 +295,12 @@ class _Parameterisation:
             # Decreasing positive scales as a reversed cumulative sum of exponentials.
             scales = jnp.cumsum(jnp.exp(theta["log_gaps"])[::-1])[::-1]
             log_jac += jnp.sum(theta["log_gaps"])
-            extra += -0.5 * jnp.sum(z**2)  # Z ~ N(0, I): U uniform on the Stiefel manifold
+            extra += _tube_log_density(z)
+            if self.svd_volume:
+                # Volume of W = U diag(l) V^T (SVD): prod_j l_j^(d-k) prod_{i<j} (l_i^2 - l_j^2).
+                i, j = np.triu_indices(self.k, 1)
+                log_jac += (self.d - self.k) * jnp.sum(jnp.log(scales))
+                log_jac += jnp.sum(jnp.log(scales[i] - scales[j]) + jnp.log(scales[i] + scales[j]))
             w = u * scales
         elif self.identification == "lower_triangular":
             diag = jnp.exp(theta["log_diag"])
@@ -284,7 +326,7 @@ class _Parameterisation:
             scales = np.linalg.norm(w, axis=0)
             order = np.argsort(-scales)
             scales, u = scales[order], (w / np.where(scales > 0, scales, 1.0))[:, order]
-            gaps = -np.diff(np.append(scales, 0.0)[::-1])[::-1]
+            gaps = -np.diff(np.append(scales, 0.0))  # l_j - l_{j+1}, with l_{k+1} = 0
             theta["Z"] = u
             theta["log_gaps"] = np.log(np.maximum(gaps, 1e-3 * max(scales[0], 1e-12)))
         elif self.identification == "lower_triangular":
@@ -382,10 +424,10 @@ def fit_nuts(
     ard = isinstance(priors, str) and priors == "ard"
     patterns = missing_patterns(arr, max_patterns)
     if missing:
-        prior_set = _resolve_priors(None if ard else priors, noise=noise, X=arr, suff_stats=None, d=d)
+        prior_set = resolve_priors(None if ard else priors, noise=noise, X=arr, suff_stats=None, d=d)
     else:
         stats = patterns.stats[0]
-        prior_set = _resolve_priors(None if ard else priors, noise=noise, X=None, suff_stats=stats, d=d)
+        prior_set = resolve_priors(None if ard else priors, noise=noise, X=None, suff_stats=stats, d=d)
     w_prior = _as_site_distribution(prior_set.loadings, (d, k), "loadings")
     noise_prior = _as_site_distribution(prior_set.noise, () if noise == "isotropic" else (d,), "noise")
     mean_prior = _as_site_distribution(prior_set.mean, (d,), "mean")
@@ -396,7 +438,7 @@ def fit_nuts(
     xbar = np.nanmean(arr, axis=0)
     cov = np.asarray(ref.loadings) @ np.asarray(ref.loadings).T + np.diag(np.asarray(ref.noise))
     mean_factor = np.linalg.cholesky(cov) / np.sqrt(n)
-    par = _Parameterisation(d, k, noise, identification, xbar, mean_factor)
+    par = _Parameterisation(d, k, noise, identification, xbar, mean_factor, svd_volume=not ard)
     reference_w = np.asarray(ref.loadings)
     if identification == "lower_triangular":
         reference_w = _lower_triangular(reference_w)
@@ -415,32 +457,28 @@ def fit_nuts(
         ll = marginal_log_likelihood(LowRankGaussian(w, psi, mu), patterns)
         return -(ll + log_prior + log_jac + extra)
 
-    key = _key(random_state)
-    key_init, key_run = jax.random.split(key)
     start = par.unconstrain(reference_w, np.asarray(ref.noise), np.asarray(ref.mean))
     if ard:
         start["log_alpha"] = -np.log(np.mean(reference_w**2, axis=0) + 1e-3 * overall_var)
-    init = {}
-    keys = jax.random.split(key_init, len(start))
-    for (name, value), sub in zip(sorted(start.items()), keys, strict=True):
-        value = np.asarray(value, dtype=float)
-        jitter = np.asarray(jax.random.normal(sub, (num_chains, *value.shape)))
-        # A few posterior sds at most: the posterior narrows as 1/sqrt(n), and a start
-        # many sds away can leave a chain stuck through warm-up at large n.
-        size = 0.1 * min(1.0, 10.0 / np.sqrt(n))
-        scale = (
-            size / np.sqrt(d)
-            if name == "Z"
-            else size * (np.sqrt(np.mean(value**2)) if name in ("W", "lower") else 1.0)
-        )
-        init[name] = value + scale * jitter
-    if num_chains == 1:
-        init = {name: value[0] for name, value in init.items()}
+    centre, unravel = ravel_pytree({name: jnp.asarray(v, dtype=float) for name, v in start.items()})
+    if centre.size <= _MAX_LAPLACE_SIZE:
+        factor = _laplace_factor(lambda v: potential(unravel(v)), centre)
+    else:
+        factor = _rough_scales(start, n, d)
 
+    def to_theta(xi):
+        step = factor @ xi if factor.ndim == 2 else factor * xi
+        return unravel(centre + step)
+
+    key = _key(random_state)
+    key_init, key_run = jax.random.split(key)
+    # Draws from the Laplace approximation (or a few rough posterior sds) around the ML fit.
+    init = jax.random.normal(key_init, (num_chains, centre.size))
+    init = init[0] if num_chains == 1 else init
     if dense_mass == "auto":
-        dense_mass = sum(np.size(v) for v in start.values()) <= 1000
+        dense_mass = centre.size <= 1000
     kernel = NUTS(
-        potential_fn=potential,
+        potential_fn=lambda xi: potential(to_theta(xi)),
         target_accept_prob=float(target_accept_prob),
         dense_mass=bool(dense_mass),
     )
@@ -457,15 +495,16 @@ def fit_nuts(
         init_params=init,
         extra_fields=("diverging", "num_steps", "potential_energy", "accept_prob"),
     )
-    theta = mcmc.get_samples(group_by_chain=True)
+    xi = mcmc.get_samples(group_by_chain=True)
     extra = mcmc.get_extra_fields(group_by_chain=True)
 
-    def constrained(t):
+    def constrained(x):
+        t = to_theta(x)
         w, psi, mu = par.constrain(t)[:3]
-        return w, psi, mu
+        return w, psi, mu, t.get("log_alpha", jnp.zeros(0))
 
-    flat = jax.tree.map(lambda a: a.reshape(num_chains * num_samples, *a.shape[2:]), theta)
-    w, psi, mu = (np.asarray(a) for a in jax.vmap(constrained)(flat))
+    w, psi, mu, log_alpha = (np.asarray(a) for a in jax.vmap(constrained)(xi.reshape(-1, centre.size)))
+
     w = _identify(w, reference_w, identification)
     shape = (num_chains, num_samples)
     n_steps = np.asarray(extra["num_steps"]).astype(int)
@@ -476,7 +515,7 @@ def fit_nuts(
         "lp": -np.asarray(extra["potential_energy"]),
         "acceptance_rate": np.asarray(extra["accept_prob"]),
     }
-    precision = np.exp(np.asarray(theta["log_alpha"])) if ard else None
+    precision = np.exp(log_alpha).reshape(*shape, k) if ard else None
     return NUTSFit(
         w.reshape(*shape, d, k),
         psi.reshape(*shape, d),
@@ -487,6 +526,41 @@ def fit_nuts(
         noise,
         precision,
     )
+
+
+# Above this many sampled parameters the Hessian (p x p) is not formed.
+_MAX_LAPLACE_SIZE = 2000
+
+
+def _laplace_factor(potential, centre) -> jax.Array:
+    """``S`` with ``S S^T`` the inverse Hessian of ``potential`` at ``centre`` (eigenvalues floored).
+
+    The sampler runs on ``xi`` with ``theta = centre + S xi``: the Laplace
+    approximation at the ML start is then ``N(0, I)`` whatever ``n``, so the
+    step size, the mass adaptation and the start jitter see the same
+    geometry at n=10^3 and 10^6.
+    """
+    h = np.asarray(jax.hessian(potential)(centre))
+    vals, vecs = np.linalg.eigh(0.5 * (h + h.T))
+    # Flat or curved-down directions (the start is the ML point, not the MAP) get an sd of at most 3.
+    floor = max(1e-8 * vals.max(), 0.1)
+    return jnp.asarray(vecs / np.sqrt(np.maximum(vals, floor)))
+
+
+def _rough_scales(start, n, d) -> jax.Array:
+    """Rough posterior sds, used instead of the Laplace factor for large models."""
+    size = 0.1 * min(1.0, 10.0 / np.sqrt(n))
+    scales = {}
+    for name, value in start.items():
+        value = np.asarray(value, dtype=float)
+        if name == "Z":
+            s = size / np.sqrt(d)
+        elif name in ("W", "lower"):
+            s = size * np.sqrt(np.mean(value**2))
+        else:
+            s = size
+        scales[name] = jnp.full(value.shape, s)
+    return ravel_pytree(scales)[0]
 
 
 def _identify(w: np.ndarray, reference: np.ndarray, identification: str) -> np.ndarray:

@@ -66,9 +66,9 @@ from bayespca.models import (
     Priors,
     SufficientStatistics,
     _as_site_distribution,
-    _resolve_priors,
     factor_analysis,
     ppca,
+    resolve_priors,
 )
 
 __all__ = ["SVIFit", "fit_svi"]
@@ -401,7 +401,7 @@ def fit_svi(
     Xs = (arr - shift) / scale
     Xs[nan] = 0.0
 
-    data_priors = _resolve_priors(priors, noise=noise, X=arr, suff_stats=None, d=d)
+    data_priors = resolve_priors(priors, noise=noise, X=arr, suff_stats=None, d=d)
     std_priors, prior_jacobian = _standardised_priors(data_priors, noise, shift, scale, d, k)
     model = functools.partial(
         _MODELS[noise], n_components=k, subsample_size=batch_size, has_missing=has_missing

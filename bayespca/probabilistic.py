@@ -259,7 +259,17 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         for name in ("alpha", "inclusion"):
             if name in self.posterior_["posterior"]:
                 names.append(name)
-        return az.summary(self.posterior_, var_names=names, ci_kind="eti", ci_prob=ci_prob)
+        import pandas as pd
+
+        # One variable at a time: with several, arviz 1.3 flattens W and
+        # inclusion in (component, feature) order under (feature, component)
+        # labels once a variable with only "component" (eigenvalues) precedes them.
+        return pd.concat(
+            [
+                az.summary(self.posterior_, var_names=[name], ci_kind="eti", ci_prob=ci_prob)
+                for name in names
+            ]
+        )
 
     def _check_nuts(self, what):
         check_is_fitted(self, "gaussian_")

@@ -134,7 +134,7 @@ def test_tau0_gives_p0_expected_nonzeros():
     sqrt(a) / (1 + sqrt(a)); at tau_0 = p0 / (d - p0) sigma / sqrt(n) that is p0 / d.
     """
     rng = np.random.default_rng(1)
-    m, d, p0, n, sigma2 = 400_000, 20, 5.0, 200, 0.3
+    m, d, p0, n, sigma2 = 100_000, 20, 5.0, 200, 0.3
     local = np.abs(rng.standard_cauchy((m, d, 1)))
     noise = np.full((m, d), sigma2)
     w, kappa = horseshoe_loadings(

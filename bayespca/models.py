@@ -28,7 +28,10 @@ evaluation cost O(d^2 k) whatever n.
 Sample sites: ``"W"`` (d, k), ``"sigma"`` (pPCA noise standard deviation,
 scalar) or ``"psi"`` (FA noise variances, (d,)), ``"mu"`` (d,), ``"z"``
 (n, k; explicit model only) and the observed ``"X"`` inside the plate
-``"obs"`` (one log-likelihood value per row).
+``"obs"`` (one log-likelihood value per row). Under the regularised
+horseshoe (:class:`Horseshoe`), ``"W"`` is a deterministic function of
+the unit-free sites ``"W_z"``, ``"W_lambda"``, ``"W_tau"``, ``"W_c2"``, and
+the shrinkage factors ``"kappa"`` (d, k) are recorded too.
 """
 
 from __future__ import annotations
@@ -75,9 +78,10 @@ class Priors(NamedTuple):
 
     Attributes
     ----------
-    loadings : Distribution or None
+    loadings : Distribution, Horseshoe or None
         Prior of ``W``, shape (d, k); e.g. ``dist.Normal(0.0, 1.0)`` for iid
-        entries, or ``dist.Normal(0.0, scale[:, None])`` per feature.
+        entries, ``dist.Normal(0.0, scale[:, None])`` per feature, or a
+        :class:`Horseshoe` for sparse loadings.
     noise : Distribution or None
         Prior of ``sigma`` (pPCA: the noise *standard deviation*, scalar) or
         of ``psi`` (FA: the noise *variances*, shape (d,)); positive support.

@@ -180,3 +180,28 @@ def test_bad_combinations(data):
         PPCA(K, method="nuts", prior="horseshoe", identification="polar").fit(X)
     with pytest.raises(ValueError, match="rotation must be None with prior='horseshoe'.*'varimax'"):
         FactorAnalysis(K, method="svi", guide="normal", prior="horseshoe", rotation="varimax").fit(X)
+
+
+def test_nuts_potential_matches_numpyro_model(ppca_nuts, data):
+    """The sampler's own potential (centred/non-centred W, whitened mu, hand-written prior
+    densities) and NumPyro's NUTS on the model function (its own distributions and
+    transforms) target the same posterior."""
+    import functools
+
+    import jax
+    from numpyro.infer import MCMC, NUTS
+
+    from bayespca.models import ppca, sufficient_statistics
+
+    X, _ = data
+    model = functools.partial(ppca, n_components=K, priors="horseshoe")
+    mcmc = MCMC(NUTS(model, target_accept_prob=0.95), num_warmup=300, num_samples=300, progress_bar=False)
+    mcmc.run(jax.random.key(3), suff_stats=sufficient_statistics(X))
+    draws = mcmc.get_samples()
+    reference = np.asarray(draws["W"]).mean(0)
+    perm, signs = _match_truth(reference, ppca_nuts.loadings_)
+    assert np.max(np.abs(reference[:, perm] * signs - ppca_nuts.loadings_)) < 0.05
+    sigma2 = np.asarray(draws["sigma"]) ** 2
+    assert sigma2.mean() == pytest.approx(ppca_nuts.noise_variance_samples_.mean(), rel=0.02)
+    inclusion = 1.0 - np.asarray(draws["kappa"]).mean(0)[:, perm]
+    assert np.max(np.abs(inclusion - ppca_nuts.inclusion_)) < 0.15

@@ -129,6 +129,7 @@ class SVIFit:
         order and sign of :func:`bayespca.models._canonical_columns`;
         ``gaussian`` is then their mean (loadings) and the guide's medians
         (noise, mean), and its ``W`` is not rotated to a canonical basis.
+        (:meth:`sample_posterior` draws in the guide's own column order.)
     shrinkage : ndarray of shape (2000, d, k) or None
         Horseshoe prior only: the draws of the shrinkage factors ``kappa``.
     """

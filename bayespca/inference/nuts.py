@@ -41,7 +41,9 @@ permutations of the columns, and prefers the sparse rotation. ``W`` is
 then sampled in the original coordinates, without identification
 (``"none"``; a lower-triangular ``W`` would impose zeros that contradict a
 sparse support, and the polar or Procrustes alignments would rotate the
-sparse basis away), in the non-centred form ``W = tau lambda~ z``. The
+sparse basis away), in the non-centred form ``W = tau lambda~ z`` for
+the loadings near 0 and centred for the others (see
+``_horseshoe_constrain``). The
 chains start at the varimax rotation of the maximum-likelihood loadings,
 near a sparse mode, and each draw is aligned afterwards by the signed
 permutation of its columns closest to the posterior mean (recorded as
@@ -333,7 +335,7 @@ def _log_half_cauchy_of_log(x):
     return jnp.log(2.0 / jnp.pi) - jnp.logaddexp(0.0, 2.0 * x) + x
 
 
-def _horseshoe_constrain(par, prior: Horseshoe, n: int, centred, theta):
+def _horseshoe_constrain(par, prior: Horseshoe, n: int, centred, standard_error, theta):
     """:meth:`_Parameterisation.constrain` (identification "none") with the horseshoe's ``W``.
 
     ``theta`` holds ``W_raw`` (d, k), ``W_log_lambda`` (d, k), ``W_log_tau``
@@ -341,7 +343,8 @@ def _horseshoe_constrain(par, prior: Horseshoe, n: int, centred, theta):
     variables of :func:`bayespca.models.horseshoe_loadings`) instead of
     ``W``. Where ``centred`` (d, k) is False, ``W_raw`` is ``z`` and
     ``W = tau lambda~ z`` (non-centred: no funnel for the loadings the data
-    barely inform, the zeros); where it is True, ``W_raw`` is ``W`` itself
+    barely inform, the zeros); where it is True, ``W_raw`` is ``W`` in units
+    of its maximum-likelihood standard error ``sqrt(psi_j / n)`` (d, 1),
     with density ``N(W; 0, tau^2 lambda~^2)`` (centred: for loadings the
     data pin down, ``W = tau lambda~ z`` would tie ``z`` to the scales
     along a narrow curved ridge, which costs NUTS hundreds of steps per
@@ -358,8 +361,9 @@ def _horseshoe_constrain(par, prior: Horseshoe, n: int, centred, theta):
     w_unit, kappa = horseshoe_loadings(
         jnp.ones_like(raw), jnp.exp(log_local), jnp.exp(log_global), jnp.exp(log_slab), psi, prior, n
     )  # w_unit = tau lambda~, the prior sd of each loading
-    w = jnp.where(centred, raw, w_unit * raw)
-    log_raw = -0.5 * jnp.where(centred, (raw / w_unit) ** 2 + 2.0 * jnp.log(w_unit), raw**2)
+    w = jnp.where(centred, standard_error * raw, w_unit * raw)
+    # The constant Jacobian standard_error of the centred entries is left out.
+    log_raw = -0.5 * jnp.where(centred, (w / w_unit) ** 2 + 2.0 * jnp.log(w_unit), raw**2)
     half = 0.5 * prior.slab_df
     # c^2 / s^2 ~ InvGamma(nu/2, nu/2), on its log (Jacobian c^2 / s^2).
     log_slab_density = -half * log_slab - half * jnp.exp(-log_slab)
@@ -535,8 +539,9 @@ def fit_nuts(
 
     def constrain(theta):
         if horseshoe is not None:
-            return _horseshoe_constrain(par, horseshoe, n, centred, theta)
+            return _horseshoe_constrain(par, horseshoe, n, centred, standard_error, theta)
         return (*par.constrain(theta), None)
+
     reference = LowRankGaussian(reference_w, np.asarray(ref.noise), np.asarray(ref.mean))
 
     def potential(theta):
@@ -562,7 +567,7 @@ def fit_nuts(
     if horseshoe is not None:
         del start["W"]
         values = _horseshoe_start(reference_w, np.asarray(ref.noise), horseshoe, n)
-        start["W_raw"] = np.where(centred, reference_w, values["z"])
+        start["W_raw"] = np.where(centred, reference_w / standard_error, values["z"])
         start["W_log_lambda"] = np.log(values["local"])
         start["W_log_tau"] = np.log(values["global_"])
         start["W_log_c2"] = np.log(values["slab"])

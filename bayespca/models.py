@@ -103,8 +103,9 @@ class Priors(NamedTuple):
 class Horseshoe(NamedTuple):
     """Regularised horseshoe prior on the entries of ``W`` (Piironen & Vehtari, 2017).
 
-    Pass it as ``Priors(loadings=Horseshoe(...))``, or ``priors="horseshoe"``
-    for the defaults. Each loading is a scale mixture of normals with a
+    Pass it as ``priors=Horseshoe(...)`` (short for
+    ``Priors(loadings=Horseshoe(...))``), or ``priors="horseshoe"`` for the
+    defaults. Each loading is a scale mixture of normals with a
     global scale ``tau``, a local scale ``lambda_jl`` per entry and a slab
     width ``c``::
 
@@ -424,6 +425,8 @@ def _resolve_priors(
         priors = Priors(loadings=Horseshoe())
     if priors is None:
         priors = Priors()
+    elif isinstance(priors, Horseshoe):
+        priors = Priors(loadings=priors)
     elif isinstance(priors, Mapping) and not isinstance(priors, Priors):
         unknown = sorted(set(priors) - set(Priors._fields))
         if unknown:
@@ -433,7 +436,7 @@ def _resolve_priors(
         priors = Priors(**priors)
     elif not isinstance(priors, Priors):
         raise TypeError(
-            f"priors must be None, 'flat', 'horseshoe', a bayespca.models.Priors or a dict; got "
+            f"priors must be None, 'flat', 'horseshoe', a Horseshoe, a bayespca.models.Priors or a dict; got "
             f"{type(priors).__name__}."
         )
     for field, value in zip(Priors._fields, priors, strict=True):
@@ -461,6 +464,8 @@ def _is_horseshoe(priors: Any) -> bool:
     """Whether a ``priors`` argument asks for the horseshoe on ``W`` (before resolution)."""
     if isinstance(priors, str):
         return priors == "horseshoe"
+    if isinstance(priors, Horseshoe):
+        return True
     if isinstance(priors, Priors):
         return isinstance(priors.loadings, Horseshoe)
     return isinstance(priors, Mapping) and isinstance(priors.get("loadings"), Horseshoe)
@@ -718,7 +723,8 @@ _MODEL_PARAMETERS = """
         horseshoe of :class:`Horseshoe` on the entries of ``W`` (sites
         ``"W_z"``, ``"W_lambda"``, ``"W_tau"``, ``"W_c2"``, with ``"W"`` and
         the shrinkage factors ``"kappa"`` deterministic), defaults
-        elsewhere. A :class:`Priors` or a dict with some of the keys
+        elsewhere; a :class:`Horseshoe` sets its options. A :class:`Priors`
+        or a dict with some of the keys
         ``loadings`` (a Distribution or a :class:`Horseshoe`), ``noise``,
         ``mean``: those replace the defaults.
     subsample_size : int, optional

@@ -542,7 +542,7 @@ class PPCA(_LowRankGaussianModel):
         ``"flat"`` for improper flat priors (SVI's delta guide then returns the
         maximum-likelihood point); ``"ard"`` (NUTS only) for Bishop's Bayesian
         PCA (a Gamma-distributed precision per column of ``W``);
-        ``"horseshoe"`` (or ``Priors(loadings=Horseshoe(p0=..., ...))``) for
+        ``"horseshoe"`` (or ``bayespca.models.Horseshoe(p0=..., ...)``) for
         sparse loadings under the regularised horseshoe on the entries of
         ``W`` (:class:`bayespca.models.Horseshoe`; method ``"nuts"``, best
         with ``target_accept_prob=0.99``, or ``"svi"`` with

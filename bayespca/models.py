@@ -28,7 +28,10 @@ evaluation cost O(d^2 k) whatever n.
 Sample sites: ``"W"`` (d, k), ``"sigma"`` (pPCA noise standard deviation,
 scalar) or ``"psi"`` (FA noise variances, (d,)), ``"mu"`` (d,), ``"z"``
 (n, k; explicit model only) and the observed ``"X"`` inside the plate
-``"obs"`` (one log-likelihood value per row).
+``"obs"`` (one log-likelihood value per row). Under the regularised
+horseshoe (:class:`Horseshoe`), ``"W"`` is a deterministic function of
+the unit-free sites ``"W_z"``, ``"W_lambda"``, ``"W_tau"``, ``"W_c2"``, and
+the shrinkage factors ``"kappa"`` (d, k) are recorded too.
 """
 
 from __future__ import annotations
@@ -48,10 +51,12 @@ from bayespca.gaussian import LowRankGaussian, log_likelihood_from_stats, log_pr
 from bayespca.linalg import centred_scatter
 
 __all__ = [
+    "Horseshoe",
     "Priors",
     "SufficientStatistics",
     "default_priors",
     "factor_analysis",
+    "horseshoe_loadings",
     "ppca",
     "resolve_priors",
     "suff_stats_log_likelihood",
@@ -74,9 +79,10 @@ class Priors(NamedTuple):
 
     Attributes
     ----------
-    loadings : Distribution or None
+    loadings : Distribution, Horseshoe or None
         Prior of ``W``, shape (d, k); e.g. ``dist.Normal(0.0, 1.0)`` for iid
-        entries, or ``dist.Normal(0.0, scale[:, None])`` per feature.
+        entries, ``dist.Normal(0.0, scale[:, None])`` per feature, or a
+        :class:`Horseshoe` for sparse loadings.
     noise : Distribution or None
         Prior of ``sigma`` (pPCA: the noise *standard deviation*, scalar) or
         of ``psi`` (FA: the noise *variances*, shape (d,)); positive support.
@@ -93,6 +99,161 @@ class Priors(NamedTuple):
     loadings: dist.Distribution | None = None
     noise: dist.Distribution | None = None
     mean: dist.Distribution | None = None
+
+
+class Horseshoe(NamedTuple):
+    """Regularised horseshoe prior on the entries of ``W`` (Piironen & Vehtari, 2017).
+
+    Pass it as ``priors=Horseshoe(...)`` (short for
+    ``Priors(loadings=Horseshoe(...))``), or ``priors="horseshoe"`` for the
+    defaults. Each loading is a scale mixture of normals with a
+    global scale ``tau``, a local scale ``lambda_jl`` per entry and a slab
+    width ``c``::
+
+        W_jl = tau * lambda~_jl * z_jl,   z_jl ~ N(0, 1)   (non-centred)
+        lambda~_jl^2 = c^2 lambda_jl^2 / (c^2 + tau^2 lambda_jl^2)
+        lambda_jl ~ C+(0, 1),   tau ~ C+(0, tau_0),
+        c^2 ~ InvGamma(nu / 2, nu s_slab^2 / 2)
+        tau_0 = p_0 / (d - p_0) * sigma / sqrt(n)
+
+    with ``sigma = sqrt(mean_j psi_j)`` the model's own noise standard
+    deviation (a parameter, so the prior scales with the data) and ``n`` the
+    number of rows. Far below the slab (``tau lambda << c``) it is the
+    horseshoe, whose spike at 0 and Cauchy tails shrink small loadings to 0
+    and leave large ones alone; far above it each loading is
+    ``N(0, c^2)``-regularised, so weakly identified large loadings stay
+    finite. ``tau_0`` is the scale at which ``p_0`` of the ``d`` loadings of
+    a column are expected to escape the shrinkage: the shrinkage factor of
+    an entry, ``kappa_jl = 1 / (1 + n psi_j^{-1} tau^2 lambda~_jl^2)``
+    (the weight of 0 in the posterior mean of ``W_jl`` given ``z``, as in a
+    regression on ``n`` unit-variance inputs), has prior effective number of
+    non-zeros ``sum_j (1 - kappa_jl)`` of about ``p_0``.
+
+    Attributes
+    ----------
+    p0 : float or None
+        Prior guess of the number of non-zero loadings per column,
+        ``0 < p0 < d``. None: ``max(1, d / 4)``.
+    slab_scale : float or None
+        ``s_slab`` in data units. None: the root mean column standard
+        deviation of the data, which bounds a loading (``W_jl^2 <= var_j``).
+    slab_df : float, default=4
+        ``nu > 0``: the slab is Student-t with ``nu`` degrees of freedom.
+
+    References
+    ----------
+    J. Piironen and A. Vehtari (2017). Sparsity information and
+    regularization in the horseshoe and other shrinkage priors. Electronic
+    Journal of Statistics 11(2), 5018-5051.
+
+    Examples
+    --------
+    >>> Priors(loadings=Horseshoe(p0=3)).loadings.slab_df
+    4.0
+    """
+
+    p0: Any = None
+    slab_scale: Any = None
+    slab_df: Any = 4.0
+
+
+def horseshoe_loadings(
+    z, local, global_, slab, noise, prior: Horseshoe, n_samples
+) -> tuple[jax.Array, jax.Array]:
+    """Loadings and shrinkage factors of the regularised horseshoe, from unit-free variables.
+
+    The non-centred form of :class:`Horseshoe`: every argument is free of
+    the data's units, so the sampler sees the same geometry whatever the
+    scale, and the units enter only through ``noise`` and ``slab_scale``.
+
+    Parameters
+    ----------
+    z : array (..., d, k)
+        ``N(0, 1)`` draws.
+    local : array (..., d, k)
+        ``lambda_jl ~ C+(0, 1)``.
+    global_ : array (...)
+        ``tau / tau_0 ~ C+(0, 1)``.
+    slab : array (...)
+        ``c^2 / s_slab^2 ~ InvGamma(nu / 2, nu / 2)``.
+    noise : array (..., d)
+        Noise variances ``psi`` (pPCA: ``sigma^2`` repeated).
+    prior : Horseshoe
+        With ``p0`` and ``slab_scale`` set.
+    n_samples : int or array
+        ``n``.
+
+    Returns
+    -------
+    W : array (..., d, k)
+        ``tau lambda~ z``.
+    kappa : array (..., d, k)
+        ``1 / (1 + n psi_j^{-1} tau^2 lambda~_jl^2)``: near 1 for a loading
+        shrunk to 0, near 0 for one left alone.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> w, kappa = horseshoe_loadings(
+    ...     np.ones((4, 1)), np.full((4, 1), 1e6), 1.0, 1.0, np.ones(4), Horseshoe(2, 1.0), 100
+    ... )
+    >>> np.round(np.asarray(w[:, 0]), 6).tolist()  # lambda -> infinity: W -> c z
+    [1.0, 1.0, 1.0, 1.0]
+    """
+    noise = jnp.asarray(noise)
+    d = jnp.shape(noise)[-1]
+    sigma = jnp.sqrt(jnp.mean(noise, axis=-1))
+    tau = prior.p0 / (d - prior.p0) * sigma / jnp.sqrt(n_samples) * global_
+    c2 = prior.slab_scale**2 * slab
+    tau, c2 = tau[..., None, None], jnp.asarray(c2)[..., None, None]
+    # c^2 lambda^2 / (c^2 + tau^2 lambda^2), without overflow for huge lambda.
+    tilde2 = c2 / (c2 / jnp.asarray(local) ** 2 + tau**2)
+    w = tau * jnp.sqrt(tilde2) * z
+    kappa = 1.0 / (1.0 + n_samples * tau**2 * tilde2 / noise[..., :, None])
+    return w, kappa
+
+
+def _horseshoe_start(w: np.ndarray, noise: np.ndarray, prior: Horseshoe, n: int) -> dict:
+    """Unit-free horseshoe variables (see :func:`horseshoe_loadings`) that give loadings ``w``.
+
+    ``tau`` and ``c`` at their prior scales (``global_ = slab = 1``),
+    ``lambda`` such that ``tau lambda~ = max(|w|, tau)``, clipped to
+    ``0.9 c``, and ``z = w / (tau lambda~)``, so ``|z| <= 1`` unless
+    ``|w| > 0.9 c``. A starting point for NUTS and SVI (NumPy).
+    """
+    d = w.shape[0]
+    tau = prior.p0 / (d - prior.p0) * np.sqrt(np.mean(noise)) / np.sqrt(n)
+    c = float(prior.slab_scale)
+    size = np.clip(np.abs(w), tau, 0.9 * c)
+    local = size / tau * c / np.sqrt(c**2 - size**2)
+    return {"z": w / size, "local": local, "global_": np.ones(()), "slab": np.ones(())}
+
+
+def _canonical_columns(w: np.ndarray, kappa: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Order the columns of draws ``w`` (m, d, k) by decreasing norm of their mean, signed
+    so that the largest-magnitude entry of each mean column is positive; ``kappa`` follows.
+
+    Under a sparsity prior the columns are identified up to these signed
+    permutations only; this picks one, as :func:`bayespca.linalg.flip_signs`
+    does for PCA.
+    """
+    mean = w.mean(axis=0)
+    order = np.argsort(-np.linalg.norm(mean, axis=0), kind="stable")
+    mean, w, kappa = mean[:, order], w[..., order], kappa[..., order]
+    top = mean[np.argmax(np.abs(mean), axis=0), np.arange(mean.shape[1])]
+    return w * np.where(top < 0, -1.0, 1.0), kappa
+
+
+def _horseshoe_sites(prior: Horseshoe, noise: jax.Array, n: Any, d: int, k: int) -> jax.Array:
+    """Sample the non-centred horseshoe sites; record ``W`` and ``kappa`` as deterministic."""
+    half = 0.5 * prior.slab_df
+    z = numpyro.sample("W_z", dist.Normal(0.0, 1.0).expand((d, k)).to_event(2))
+    local = numpyro.sample("W_lambda", dist.HalfCauchy(1.0).expand((d, k)).to_event(2))
+    global_ = numpyro.sample("W_tau", dist.HalfCauchy(1.0))
+    slab = numpyro.sample("W_c2", dist.InverseGamma(half, half))
+    w, kappa = horseshoe_loadings(z, local, global_, slab, noise, prior, n)
+    numpyro.deterministic("kappa", kappa)
+    return numpyro.deterministic("W", w)
 
 
 class SufficientStatistics(NamedTuple):
@@ -158,6 +319,18 @@ def _column_moments(
     return jnp.nanmean(X, axis=0), jnp.nanstd(X, axis=0)
 
 
+def _data_scales(
+    X: Any, suff_stats: SufficientStatistics | None, d: int | None
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Column means ``m_j``, sds ``s_j`` and root mean column variance ``s`` (see default_priors)."""
+    mean, sd = _column_moments(X, suff_stats, d)
+    overall = jnp.sqrt(jnp.nanmean(sd**2))
+    overall = jnp.where(overall > 0, overall, 1.0)
+    sd = jnp.where(sd > 0, sd, overall)  # also replaces the NaN of an unobserved column
+    mean = jnp.where(jnp.isnan(mean), 0.0, mean)
+    return mean, sd, overall
+
+
 def default_priors(
     X: Any = None,
     *,
@@ -218,11 +391,7 @@ def default_priors(
         d = _check_positive_int(n_features, "n_features")
     else:
         d = None
-    mean, sd = _column_moments(X, suff_stats, d)
-    overall = jnp.sqrt(jnp.nanmean(sd**2))
-    overall = jnp.where(overall > 0, overall, 1.0)
-    sd = jnp.where(sd > 0, sd, overall)  # also replaces the NaN of an unobserved column
-    mean = jnp.where(jnp.isnan(mean), 0.0, mean)
+    mean, sd, overall = _data_scales(X, suff_stats, d)
     if noise == "isotropic":
         loadings = dist.Normal(0.0, overall)
         noise_prior = dist.HalfNormal(overall)
@@ -274,14 +443,18 @@ def resolve_priors(
     (2.0, 'Normal')
     """
     if isinstance(priors, str):
-        if priors != "flat":
+        if priors not in ("flat", "horseshoe"):
             raise ValueError(
-                f"priors must be None, 'flat', a bayespca.models.Priors or a dict with keys "
-                f"{Priors._fields}; got the string {priors!r}."
+                f"priors must be None, 'flat', 'horseshoe', a bayespca.models.Priors or a dict "
+                f"with keys {Priors._fields}; got the string {priors!r}."
             )
-        return _flat_priors(noise, d)
+        if priors == "flat":
+            return _flat_priors(noise, d)
+        priors = Priors(loadings=Horseshoe())
     if priors is None:
         priors = Priors()
+    elif isinstance(priors, Horseshoe):
+        priors = Priors(loadings=priors)
     elif isinstance(priors, Mapping) and not isinstance(priors, Priors):
         unknown = sorted(set(priors) - set(Priors._fields))
         if unknown:
@@ -291,13 +464,16 @@ def resolve_priors(
         priors = Priors(**priors)
     elif not isinstance(priors, Priors):
         raise TypeError(
-            f"priors must be None, 'flat', a bayespca.models.Priors or a dict; got "
+            f"priors must be None, 'flat', 'horseshoe', a Horseshoe, a bayespca.models.Priors or a dict; got "
             f"{type(priors).__name__}."
         )
     for field, value in zip(Priors._fields, priors, strict=True):
+        if field == "loadings" and isinstance(value, Horseshoe):
+            continue
         if value is not None and not isinstance(value, dist.Distribution):
+            extra = " or a bayespca.models.Horseshoe" if field == "loadings" else ""
             raise TypeError(
-                f"priors.{field} must be a numpyro Distribution or None; got "
+                f"priors.{field} must be a numpyro Distribution{extra} or None; got "
                 f"{type(value).__name__}."
             )
     if None in priors:
@@ -305,7 +481,52 @@ def resolve_priors(
         priors = Priors(
             *(p if p is not None else q for p, q in zip(priors, defaults, strict=True))
         )
+    if isinstance(priors.loadings, Horseshoe):
+        priors = priors._replace(
+            loadings=_resolve_horseshoe(priors.loadings, X=X, suff_stats=suff_stats, d=d)
+        )
     return priors
+
+
+def _is_horseshoe(priors: Any) -> bool:
+    """Whether a ``priors`` argument asks for the horseshoe on ``W`` (before resolution)."""
+    if isinstance(priors, str):
+        return priors == "horseshoe"
+    if isinstance(priors, Horseshoe):
+        return True
+    if isinstance(priors, Priors):
+        return isinstance(priors.loadings, Horseshoe)
+    return isinstance(priors, Mapping) and isinstance(priors.get("loadings"), Horseshoe)
+
+
+def _resolve_horseshoe(
+    prior: Horseshoe, *, X: Any, suff_stats: SufficientStatistics | None, d: int
+) -> Horseshoe:
+    """Fill the defaults of a :class:`Horseshoe` and check its values (named ValueErrors)."""
+    if any(isinstance(v, jax.core.Tracer) for v in prior):
+        return prior  # already resolved and checked before tracing
+    p0, slab_scale, slab_df = prior
+    if p0 is None:
+        p0 = max(1.0, d / 4.0)
+    if slab_scale is None:
+        slab_scale = _data_scales(X, suff_stats, d)[2]
+    if not isinstance(slab_scale, jax.core.Tracer):
+        slab_scale = float(slab_scale) if np.ndim(slab_scale) == 0 else slab_scale
+    checks = (
+        (p0, "p0", f"a number in (0, n_features) = (0, {d})", lambda v: 0 < v < d),
+        (slab_scale, "slab_scale", "a finite number > 0 (or None)", lambda v: 0 < v < np.inf),
+        (slab_df, "slab_df", "a finite number > 0", lambda v: 0 < v < np.inf),
+    )
+    for value, name, accepted, ok in checks:
+        if isinstance(value, jax.core.Tracer):
+            continue  # the data scale of a traced X (jit_model_args=True)
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = None
+        if isinstance(value, bool) or np.ndim(value) != 0 or number is None or not ok(number):
+            raise ValueError(f"Horseshoe {name} must be {accepted}; got {value!r}.")
+    return Horseshoe(float(p0), slab_scale, float(slab_df))
 
 
 def _as_site_distribution(prior: dist.Distribution, shape: tuple, field: str) -> dist.Distribution:
@@ -465,12 +686,17 @@ def _low_rank_model(
         raise ValueError(f"n_components must be at most n_features={d}; got {k}.")
 
     p = resolve_priors(priors, noise=noise, X=X, suff_stats=suff_stats, d=d)
-    W = numpyro.sample("W", _as_site_distribution(p.loadings, (d, k), "loadings"))
+    horseshoe = isinstance(p.loadings, Horseshoe)
+    if not horseshoe:
+        W = numpyro.sample("W", _as_site_distribution(p.loadings, (d, k), "loadings"))
     if noise == "isotropic":
         sigma = numpyro.sample("sigma", _as_site_distribution(p.noise, (), "noise"))
         psi = jnp.full(d, sigma**2)
     else:
         psi = numpyro.sample("psi", _as_site_distribution(p.noise, (d,), "noise"))
+    if horseshoe:
+        # The horseshoe's global scale is in units of the noise sd, hence after it.
+        W = _horseshoe_sites(p.loadings, psi, suff_stats.n if n is None else n, d, k)
     mu = numpyro.sample("mu", _as_site_distribution(p.mean, (d,), "mean"))
 
     if suff_stats is not None:
@@ -518,12 +744,17 @@ _MODEL_PARAMETERS = """
         ``"explicit"`` samples ``z_i`` (site ``"z"``, (n, k)) and observes
         ``x_i | z_i ~ N(W z_i + mu, Psi)``, missing entries masked out; its
         per-row log-likelihood is conditional on ``z_i`` (not the marginal).
-    priors : None, "flat", Priors or dict, optional
+    priors : None, "flat", "horseshoe", Priors or dict, optional
         None: :func:`default_priors` (scale-aware, computed from the data).
         ``"flat"``: improper uniform priors (the MAP is then the maximum
-        likelihood; no prior predictive). A :class:`Priors` or a dict with
-        some of the keys ``loadings``, ``noise``, ``mean``: those replace
-        the defaults.
+        likelihood; no prior predictive). ``"horseshoe"``: the regularised
+        horseshoe of :class:`Horseshoe` on the entries of ``W`` (sites
+        ``"W_z"``, ``"W_lambda"``, ``"W_tau"``, ``"W_c2"``, with ``"W"`` and
+        the shrinkage factors ``"kappa"`` deterministic), defaults
+        elsewhere; a :class:`Horseshoe` sets its options. A :class:`Priors`
+        or a dict with some of the keys
+        ``loadings`` (a Distribution or a :class:`Horseshoe`), ``noise``,
+        ``mean``: those replace the defaults.
     subsample_size : int, optional
         Minibatch size for SVI: the plate ``"obs"`` subsamples rows and
         scales their log-likelihood by ``n / subsample_size``.

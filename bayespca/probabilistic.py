@@ -24,6 +24,9 @@ from bayespca.gaussian import LatentPosterior, LowRankGaussian
 __all__ = ["FactorAnalysis", "PPCA"]
 
 ROTATIONS = ("varimax", "quartimax", "promax", "oblimin")
+# Equal-tailed posterior interval behind loadings_interval_ and support_.
+_SUPPORT_PROB = 0.9
+_SPARSITY_ATTRIBUTES = ("inclusion_", "loadings_interval_", "support_")
 # Above this many (draw x row) values the pointwise log-likelihood is left out
 # of posterior_ (to_arviz(log_likelihood=True) still computes it).
 _MAX_POINTWISE = 20_000_000
@@ -88,7 +91,15 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         X, missing = data
         n, d = X.shape
         k, method = self._check_common(n, d, missing)
+        from bayespca.models import _is_horseshoe  # lazily: numpyro is slow to import
+
+        if _is_horseshoe(self.prior) and method not in ("nuts", "svi"):
+            raise ValueError(
+                f"prior='horseshoe' needs method='nuts' or 'svi'; got method={self.method!r}."
+            )
         self.nuts_ = None
+        for name in _SPARSITY_ATTRIBUTES:
+            self.__dict__.pop(name, None)
         options = {}
         if self.tol is not None:
             options["tol"] = float(self.tol)
@@ -127,7 +138,11 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
                 priors=self.prior,
                 **options,
             )
-            g = gaussian.canonical_loadings(result.gaussian)
+            if result.draws is None:
+                g = gaussian.canonical_loadings(result.gaussian)
+            else:  # the horseshoe's sparse basis, not a canonical rotation of it
+                g = result.gaussian
+                self._set_sparsity(np.asarray(result.draws.loadings), result.shrinkage)
             observed = None if missing is None else ~missing
             ll = float(np.sum(gaussian.log_prob(g, np.nan_to_num(X), observed)))
             trace, n_iter, converged = np.array([ll]), int(result.n_steps), bool(result.converged)
@@ -176,11 +191,22 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         diagnose(fit, self.posterior_["posterior"]["log_lik"].values)
         if fit.precision is not None:
             self.n_effective_components_ = effective_components(fit, X.shape[0])
+        if fit.shrinkage is not None:
+            d, k = fit.loadings.shape[-2:]
+            self._set_sparsity(fit.loadings.reshape(-1, d, k), fit.shrinkage.reshape(-1, d, k))
         g = LowRankGaussian(fit.loadings.mean((0, 1)), fit.noise.mean((0, 1)), fit.mean.mean((0, 1)))
         observed = None if missing is None else ~missing
         ll = float(np.sum(gaussian.log_prob(g, np.nan_to_num(X), observed)))
         n_draws = fit.loadings.shape[0] * fit.loadings.shape[1]
         return g, ll, np.array([ll]), n_draws, bool(not fit.sample_stats["diverging"].any())
+
+    def _set_sparsity(self, loadings: np.ndarray, shrinkage: np.ndarray) -> None:
+        """Per-loading summaries of the horseshoe from draws of ``W`` and ``kappa`` (m, d, k)."""
+        tail = (1.0 - _SUPPORT_PROB) / 2.0
+        interval = np.quantile(loadings, [tail, 1.0 - tail], axis=0)
+        self.inclusion_ = 1.0 - shrinkage.mean(axis=0)
+        self.loadings_interval_ = np.moveaxis(interval, 0, -1)
+        self.support_ = (interval[0] > 0) | (interval[1] < 0)
 
     def _draws(self, num_samples=None, random_state=None) -> LowRankGaussian:
         """Posterior draws of ``(W, Psi, mu)`` (all, or ``num_samples`` picked at random)."""
@@ -220,7 +246,9 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         Rows: the noise variances (``sigma2`` or ``psi``), ``eigenvalues`` of
         ``W W^T``, ``log_lik`` (total log-likelihood) -- meaningful under any
         identification -- then ``W`` (meaningful when identified, see
-        ``identification_``) and ``alpha`` with ``prior="ard"``. Columns from
+        ``identification_``), ``alpha`` with ``prior="ard"`` and
+        ``inclusion`` (``1 - kappa`` per loading) with ``prior="horseshoe"``.
+        Columns from
         ``arviz.summary``: mean, sd, equal-tailed interval, ess_bulk,
         ess_tail, r_hat, mcse.
         """
@@ -229,8 +257,9 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
 
         noise = "sigma2" if self._noise == "isotropic" else "psi"
         names = [noise, "eigenvalues", "log_lik", "W"]
-        if "alpha" in self.posterior_["posterior"]:
-            names.append("alpha")
+        for name in ("alpha", "inclusion"):
+            if name in self.posterior_["posterior"]:
+                names.append(name)
         # One variable at a time: ArviZ 1.3's summary of several variables flattens W in
         # (component, feature) order but labels it (feature, component) once a variable
         # with only the component dim precedes it.
@@ -503,12 +532,19 @@ class PPCA(_LowRankGaussianModel):
         SVI seed.
     progress_bar : bool, default=False
         SVI / NUTS progress bar.
-    prior : None, "flat", "ard", Priors or dict, default=None
+    prior : None, "flat", "ard", "horseshoe", Priors or dict, default=None
         Priors of the ``"svi"`` and ``"nuts"`` methods: None for the
         scale-aware defaults of :func:`bayespca.models.default_priors`;
         ``"flat"`` for improper flat priors (SVI's delta guide then returns the
         maximum-likelihood point); ``"ard"`` (NUTS only) for Bishop's Bayesian
-        PCA (a Gamma-distributed precision per column of ``W``).
+        PCA (a Gamma-distributed precision per column of ``W``);
+        ``"horseshoe"`` (or ``bayespca.models.Horseshoe(p0=..., ...)``) for
+        sparse loadings under the regularised horseshoe on the entries of
+        ``W`` (:class:`bayespca.models.Horseshoe`; method ``"nuts"``, best
+        with ``target_accept_prob=0.99``, or ``"svi"`` with
+        ``guide="normal"`` or ``"lowrank"``). ``W`` is then not rotated to a
+        canonical basis: the prior picks the sparse one, and its columns are
+        ordered by decreasing norm, each with its largest entry positive.
     identification : {None, "polar", "lower_triangular", "procrustes", "none"}, default=None
         How NUTS identifies ``W`` (None: ``"polar"`` for PPCA,
         ``"lower_triangular"`` for FactorAnalysis); see
@@ -561,6 +597,19 @@ class PPCA(_LowRankGaussianModel):
     n_effective_components_ : int
         Only with ``prior="ard"``: components that ARD left active
         (:func:`bayespca.inference.nuts.effective_components`).
+    inclusion_ : ndarray of shape (n_features, n_components_)
+        Only with ``prior="horseshoe"``: posterior mean of ``1 - kappa_jl``,
+        the inclusion-like weight of each loading (``kappa_jl`` its
+        shrinkage factor, see :class:`bayespca.models.Horseshoe`): near 1
+        for a loading the data keep, lower for one shrunk to 0 (the data
+        cannot tell an exact zero from a loading below its standard error,
+        so zeros sit around 0.3 to 0.6 rather than at 0).
+    loadings_interval_ : ndarray of shape (n_features, n_components_, 2)
+        Only with ``prior="horseshoe"``: the 90% equal-tailed posterior
+        interval of each loading (NUTS draws or SVI guide draws).
+    support_ : ndarray of bool, shape (n_features, n_components_)
+        Only with ``prior="horseshoe"``: loadings whose 90% interval
+        excludes 0, the estimated support.
     posterior_ : xarray.DataTree
         The ArviZ DataTree of :meth:`to_arviz` (without posterior predictive;
         without ``log_likelihood`` above 2e7 draw x row values). Fitting warns
@@ -809,6 +858,13 @@ class FactorAnalysis(_LowRankGaussianModel):
         """
         if self.rotation is not None and self.rotation not in ROTATIONS:
             raise ValueError(f"rotation must be None or one of {list(ROTATIONS)}; got {self.rotation!r}.")
+        from bayespca.models import _is_horseshoe
+
+        if self.rotation is not None and _is_horseshoe(self.prior):
+            raise ValueError(
+                f"rotation must be None with prior='horseshoe' (the prior already picks the sparse "
+                f"basis, which a rotation would undo); got rotation={self.rotation!r}."
+            )
         at_floor = self._fit_gaussian(X)
         w = self.gaussian_.loadings
         k = w.shape[1]

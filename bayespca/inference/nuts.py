@@ -42,6 +42,21 @@ chooses how the sampler is kept off that ridge:
     Unconstrained ``W``, raw draws (only rotation-invariant functions of
     them are meaningful).
 
+With the regularised horseshoe (``priors="horseshoe"``,
+:class:`bayespca.models.Horseshoe`) the prior on the entries of ``W`` is
+not rotation invariant: it breaks every symmetry ``W R`` except the signed
+permutations of the columns, and prefers the sparse rotation. ``W`` is
+then sampled in the original coordinates, without identification
+(``"none"``; a lower-triangular ``W`` would impose zeros that contradict a
+sparse support, and the polar or Procrustes alignments would rotate the
+sparse basis away), in the non-centred form ``W = tau lambda~ z`` for
+the loadings near 0 and centred for the others (see
+``_horseshoe_constrain``). The
+chains start at the varimax rotation of the maximum-likelihood loadings,
+near a sparse mode, and each draw is aligned afterwards by the signed
+permutation of its columns closest to the posterior mean (recorded as
+``identification="signed_permutation"``).
+
 The mean is sampled in whitened coordinates ``mu = xbar + L_C eta / sqrt(n)``
 (``L_C`` the Cholesky factor of the maximum-likelihood covariance), an
 affine map that makes the mean's posterior close to ``N(0, I)`` in ``eta``
@@ -71,7 +86,15 @@ from numpyro.infer import MCMC, NUTS
 from bayespca.data import as_float_matrix
 from bayespca.gaussian import LowRankGaussian, log_likelihood_from_stats, log_prob
 from bayespca.linalg import centred_scatter
-from bayespca.models import SufficientStatistics, _as_site_distribution, resolve_priors
+from bayespca.models import (
+    Horseshoe,
+    SufficientStatistics,
+    _as_site_distribution,
+    _canonical_columns,
+    _horseshoe_start,
+    horseshoe_loadings,
+    resolve_priors,
+)
 
 __all__ = [
     "IDENTIFICATIONS",
@@ -205,6 +228,9 @@ class NUTSFit:
     noise_kind : str
     precision : ndarray (chain, draw, k) or None
         ARD precisions of the columns of ``W`` (``prior="ard"`` only).
+    shrinkage : ndarray (chain, draw, d, k) or None
+        Horseshoe shrinkage factors ``kappa_jl`` of the loadings
+        (``priors="horseshoe"`` only; see :class:`bayespca.models.Horseshoe`).
     """
 
     loadings: np.ndarray
@@ -215,6 +241,7 @@ class NUTSFit:
     identification: str
     noise_kind: str
     precision: np.ndarray | None = None
+    shrinkage: np.ndarray | None = None
 
     def gaussians(self) -> LowRankGaussian:
         """All draws as one LowRankGaussian with flattened leading dim (chain * draw)."""
@@ -340,6 +367,91 @@ class _Parameterisation:
         return theta
 
 
+# A loading is sampled centred when its start is this many standard errors
+# sqrt(psi_j / n) from 0 (see _horseshoe_constrain).
+_CENTRED_AT = 4.0
+
+
+def _log_half_cauchy_of_log(x):
+    """Log-density of ``log u`` for ``u ~ C+(0, 1)``: ``log(2 / pi) - log(1 + u^2) + log u``."""
+    return jnp.log(2.0 / jnp.pi) - jnp.logaddexp(0.0, 2.0 * x) + x
+
+
+def _horseshoe_constrain(par, prior: Horseshoe, n: int, centred, standard_error, theta):
+    """:meth:`_Parameterisation.constrain` (identification "none") with the horseshoe's ``W``.
+
+    ``theta`` holds ``W_raw`` (d, k), ``W_log_lambda`` (d, k), ``W_log_tau``
+    and ``W_log_c2`` (the logs of the unit-free local, global and slab
+    variables of :func:`bayespca.models.horseshoe_loadings`) instead of
+    ``W``. Where ``centred`` (d, k) is False, ``W_raw`` is ``z`` and
+    ``W = tau lambda~ z`` (non-centred: no funnel for the loadings the data
+    barely inform, the zeros); where it is True, ``W_raw`` is ``W`` in units
+    of its maximum-likelihood standard error ``sqrt(psi_j / n)`` (d, 1),
+    with density ``N(W; 0, tau^2 lambda~^2)`` (centred: for loadings the
+    data pin down, ``W = tau lambda~ z`` would tie ``z`` to the scales
+    along a narrow curved ridge, which costs NUTS hundreds of steps per
+    draw). Either way the posterior of ``W`` is the same. Returns
+    ``(W, psi, mu, noise_param, log_jac, extra, kappa)``, with the
+    horseshoe's log prior density in ``theta`` (Jacobians of the logs
+    included) added to ``extra``.
+    """
+    _, psi, mu, noise_param, log_jac, extra = par.constrain(
+        {**theta, "W": jnp.zeros((par.d, par.k))}
+    )
+    raw, log_local = theta["W_raw"], theta["W_log_lambda"]
+    log_global, log_slab = theta["W_log_tau"], theta["W_log_c2"]
+    w_unit, kappa = horseshoe_loadings(
+        jnp.ones_like(raw), jnp.exp(log_local), jnp.exp(log_global), jnp.exp(log_slab), psi, prior, n
+    )  # w_unit = tau lambda~, the prior sd of each loading
+    w = jnp.where(centred, standard_error * raw, w_unit * raw)
+    # The constant Jacobian standard_error of the centred entries is left out.
+    log_raw = -0.5 * jnp.where(centred, (w / w_unit) ** 2 + 2.0 * jnp.log(w_unit), raw**2)
+    half = 0.5 * prior.slab_df
+    # c^2 / s^2 ~ InvGamma(nu/2, nu/2), on its log (Jacobian c^2 / s^2).
+    log_slab_density = -half * log_slab - half * jnp.exp(-log_slab)
+    extra = extra + (
+        jnp.sum(log_raw)
+        + jnp.sum(_log_half_cauchy_of_log(log_local))
+        + _log_half_cauchy_of_log(log_global)
+        + log_slab_density
+    )
+    return w, psi, mu, noise_param, log_jac, extra, kappa
+
+
+def _align_signed_permutations(
+    w: np.ndarray, kappa: np.ndarray, reference: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Permute and flip the columns of each draw ``w`` (m, d, k) to match ``reference`` (d, k).
+
+    Column ``l`` of a draw goes to the reference column it has the largest
+    absolute inner product with (an assignment problem, solved exactly),
+    with the sign of that product; ``kappa`` follows the permutation.
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    cross = np.einsum("mdk,dl->mkl", w, reference)
+    out_w, out_kappa = np.empty_like(w), np.empty_like(kappa)
+    for i in range(w.shape[0]):
+        rows, cols = linear_sum_assignment(-np.abs(cross[i]))
+        signs = np.where(cross[i, rows, cols] < 0, -1.0, 1.0)
+        out_w[i][:, cols] = w[i][:, rows] * signs
+        out_kappa[i][:, cols] = kappa[i][:, rows]
+    return out_w, out_kappa
+
+
+def _identify_horseshoe(w, kappa, start):
+    """Signed-permutation alignment of horseshoe draws, in a canonical order and sign.
+
+    Aligned to the start (varimax) loadings, then twice to the mean of the
+    aligned draws; then :func:`bayespca.models._canonical_columns`.
+    """
+    reference = start
+    for _ in range(3):
+        w, kappa = _align_signed_permutations(w, kappa, reference)
+        reference = w.mean(axis=0)
+    return _canonical_columns(w, kappa)
+
+
 def fit_nuts(
     X: Any,
     n_components: int,
@@ -369,12 +481,16 @@ def fit_nuts(
     identification : {"polar", "lower_triangular", "procrustes", "none"} or None
         See the module docstring; None: ``"polar"`` for pPCA,
         ``"lower_triangular"`` for FA.
-    priors : None, "flat", "ard", Priors or dict
+    priors : None, "flat", "ard", "horseshoe", Priors or dict
         As in :func:`bayespca.models.ppca` (defaults:
         :func:`bayespca.models.default_priors`, scale-aware). ``"ard"``:
         Bishop's Bayesian PCA, column ``l`` of ``W`` is ``N(0, I / alpha_l)``
         with ``alpha_l s^2 ~ Gamma(1, 1e-2)`` (``s^2`` the mean column
         variance), so unused columns shrink to zero; other priors default.
+        ``"horseshoe"`` or ``Priors(loadings=Horseshoe(...))``: the
+        regularised horseshoe on the entries of ``W`` (sparse loadings;
+        ``identification`` must be None or ``"none"``, see the module
+        docstring); the draws of ``kappa`` go to ``NUTSFit.shrinkage``.
     num_warmup, num_samples, num_chains : int
     chain_method : {"sequential", "parallel", "vectorized"}, default="sequential"
     target_accept_prob : float, default=0.9
@@ -382,7 +498,8 @@ def fit_nuts(
         Adapt a dense mass matrix (the loadings, noise and mean are
         correlated a posteriori: at n=1000, d=20, k=3 a dense mass cuts the
         leapfrog steps per draw from ~255 to ~31). ``"auto"``: dense up to
-        1000 sampled parameters, diagonal above.
+        1000 sampled parameters, diagonal above, and always diagonal with the
+        horseshoe.
     max_patterns : int, default=64
         See :func:`missing_patterns`.
     random_state : int, numpy Generator or None
@@ -404,6 +521,7 @@ def fit_nuts(
     """
     if noise not in _DEFAULT_IDENTIFICATION:
         raise ValueError(f"noise must be 'isotropic' or 'diagonal'; got {noise!r}.")
+    requested_identification = identification
     if identification is None:
         identification = _DEFAULT_IDENTIFICATION[noise]
     if identification not in IDENTIFICATIONS:
@@ -428,7 +546,17 @@ def fit_nuts(
     else:
         stats = patterns.stats[0]
         prior_set = resolve_priors(None if ard else priors, noise=noise, X=None, suff_stats=stats, d=d)
-    w_prior = _as_site_distribution(prior_set.loadings, (d, k), "loadings")
+    horseshoe = prior_set.loadings if isinstance(prior_set.loadings, Horseshoe) else None
+    if horseshoe is not None:
+        if requested_identification not in (None, "none"):
+            raise ValueError(
+                "identification must be None or 'none' with the horseshoe prior (W is sampled "
+                "in its own coordinates, draws aligned by signed permutations); got "
+                f"{requested_identification!r}."
+            )
+        identification = "none"
+    else:
+        w_prior = _as_site_distribution(prior_set.loadings, (d, k), "loadings")
     noise_prior = _as_site_distribution(prior_set.noise, () if noise == "isotropic" else (d,), "noise")
     mean_prior = _as_site_distribution(prior_set.mean, (d,), "mean")
     col_var = np.nanvar(arr, axis=0)
@@ -442,11 +570,27 @@ def fit_nuts(
     reference_w = np.asarray(ref.loadings)
     if identification == "lower_triangular":
         reference_w = _lower_triangular(reference_w)
+    if horseshoe is not None:
+        from bayespca.rotations import rotate
+
+        # Start near a sparse mode: varimax is the orthogonal rotation of simple structure.
+        reference_w = np.asarray(rotate(reference_w, "varimax").loadings)
+
+        standard_error = np.sqrt(np.asarray(ref.noise) / n)[:, None]
+        centred = np.abs(reference_w) > _CENTRED_AT * standard_error
+
+    def constrain(theta):
+        if horseshoe is not None:
+            return _horseshoe_constrain(par, horseshoe, n, centred, standard_error, theta)
+        return (*par.constrain(theta), None)
+
     reference = LowRankGaussian(reference_w, np.asarray(ref.noise), np.asarray(ref.mean))
 
     def potential(theta):
-        w, psi, mu, noise_param, log_jac, extra = par.constrain(theta)
-        if ard:
+        w, psi, mu, noise_param, log_jac, extra, _ = constrain(theta)
+        if horseshoe is not None:
+            log_prior = 0.0  # in extra
+        elif ard:
             alpha = jnp.exp(theta["log_alpha"])
             log_prior = jnp.sum(0.5 * d * theta["log_alpha"] - 0.5 * alpha * jnp.sum(w**2, axis=0))
             # alpha s^2 ~ Gamma(1, 1e-2), on log alpha (Jacobian alpha).
@@ -460,8 +604,21 @@ def fit_nuts(
     start = par.unconstrain(reference_w, np.asarray(ref.noise), np.asarray(ref.mean))
     if ard:
         start["log_alpha"] = -np.log(np.mean(reference_w**2, axis=0) + 1e-3 * overall_var)
+    init_scale = 1.0
+    if horseshoe is not None:
+        del start["W"]
+        values = _horseshoe_start(reference_w, np.asarray(ref.noise), horseshoe, n)
+        start["W_raw"] = np.where(centred, reference_w / standard_error, values["z"])
+        start["W_log_lambda"] = np.log(values["local"])
+        start["W_log_tau"] = np.log(values["global_"])
+        start["W_log_c2"] = np.log(values["slab"])
     centre, unravel = ravel_pytree({name: jnp.asarray(v, dtype=float) for name, v in start.items()})
-    if centre.size <= _MAX_LAPLACE_SIZE:
+    if horseshoe is not None:
+        # Its coordinates are unit-free already (loadings in standard errors, log scales), and
+        # a Laplace fit to the scales' heavy tails misleads; start a few tenths of a unit away.
+        factor = jnp.ones(centre.size)
+        init_scale = 0.1 * min(1.0, 10.0 / np.sqrt(n))
+    elif centre.size <= _MAX_LAPLACE_SIZE:
         factor = _laplace_factor(lambda v: potential(unravel(v)), centre)
     else:
         factor = _rough_scales(start, n, d)
@@ -473,10 +630,12 @@ def fit_nuts(
     key = _key(random_state)
     key_init, key_run = jax.random.split(key)
     # Draws from the Laplace approximation (or a few rough posterior sds) around the ML fit.
-    init = jax.random.normal(key_init, (num_chains, centre.size))
+    init = init_scale * jax.random.normal(key_init, (num_chains, centre.size))
     init = init[0] if num_chains == 1 else init
     if dense_mass == "auto":
-        dense_mass = centre.size <= 1000
+        # Not with the horseshoe: its scales' heavy tails spoil a dense estimate (measured:
+        # 1000 leapfrog steps per draw against 80 with a diagonal mass).
+        dense_mass = horseshoe is None and centre.size <= 1000
     kernel = NUTS(
         potential_fn=lambda xi: potential(to_theta(xi)),
         target_accept_prob=float(target_accept_prob),
@@ -500,12 +659,18 @@ def fit_nuts(
 
     def constrained(x):
         t = to_theta(x)
-        w, psi, mu = par.constrain(t)[:3]
-        return w, psi, mu, t.get("log_alpha", jnp.zeros(0))
+        w, psi, mu, *_, kappa = constrain(t)
+        return w, psi, mu, t.get("log_alpha", jnp.zeros(0)), kappa
 
-    w, psi, mu, log_alpha = (np.asarray(a) for a in jax.vmap(constrained)(xi.reshape(-1, centre.size)))
-
-    w = _identify(w, reference_w, identification)
+    w, psi, mu, log_alpha, kappa = jax.vmap(constrained)(xi.reshape(-1, centre.size))
+    w, psi, mu, log_alpha = np.asarray(w), np.asarray(psi), np.asarray(mu), np.asarray(log_alpha)
+    shrinkage = None
+    if horseshoe is not None:
+        w, kappa = _identify_horseshoe(w, np.asarray(kappa), reference_w)
+        shrinkage = kappa.reshape(num_chains, num_samples, d, k)
+        identification = "signed_permutation"
+    else:
+        w = _identify(w, reference_w, identification)
     shape = (num_chains, num_samples)
     n_steps = np.asarray(extra["num_steps"]).astype(int)
     sample_stats = {
@@ -525,6 +690,7 @@ def fit_nuts(
         identification,
         noise,
         precision,
+        shrinkage,
     )
 
 
@@ -598,7 +764,8 @@ def posterior_variables(fit: NUTSFit) -> dict:
 
     ``eigenvalues`` are those of ``W W^T`` (decreasing, the variance each
     component adds); ``sigma2`` (pPCA) or ``psi`` (FA) the noise variances;
-    ``alpha`` the ARD precisions when present.
+    ``alpha`` the ARD precisions when present; ``inclusion`` (``1 - kappa``,
+    the horseshoe's inclusion-like weight of each loading) when present.
     """
     out = {"W": fit.loadings, "mu": fit.mean}
     if fit.noise_kind == "isotropic":
@@ -608,6 +775,8 @@ def posterior_variables(fit: NUTSFit) -> dict:
     out["eigenvalues"] = np.linalg.svd(fit.loadings, compute_uv=False) ** 2
     if fit.precision is not None:
         out["alpha"] = fit.precision
+    if fit.shrinkage is not None:
+        out["inclusion"] = 1.0 - fit.shrinkage
     return out
 
 
@@ -649,6 +818,7 @@ def to_datatree(
         "psi": ["feature"],
         "eigenvalues": ["component"],
         "alpha": ["component"],
+        "inclusion": ["feature", "component"],
     }
     groups = {"posterior": posterior_variables(fit), "sample_stats": dict(fit.sample_stats)}
     if log_likelihood:
@@ -700,7 +870,9 @@ def diagnose(fit: NUTSFit, log_lik: np.ndarray | None = None, *, min_ess_per_cha
             "size cannot resolve. Increase target_accept_prob (e.g. 0.95 or 0.99), or use "
             "stronger priors (prior=...)."
         )
-    quantities = {k: v for k, v in posterior_variables(fit).items() if k not in ("W", "mu")}
+    # The horseshoe's inclusion weights follow W's labelling: not invariant either.
+    skip = ("W", "mu", "inclusion")
+    quantities = {k: v for k, v in posterior_variables(fit).items() if k not in skip}
     if log_lik is not None:
         quantities["log_lik"] = log_lik
     chains = fit.loadings.shape[0]

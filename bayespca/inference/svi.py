@@ -63,9 +63,12 @@ from bayespca.data import as_float_matrix
 from bayespca.gaussian import LowRankGaussian
 from bayespca.linalg import centred_scatter
 from bayespca.models import (
+    Horseshoe,
     Priors,
     SufficientStatistics,
     _as_site_distribution,
+    _canonical_columns,
+    _horseshoe_start,
     factor_analysis,
     ppca,
     resolve_priors,
@@ -84,6 +87,8 @@ _NOISE_SITE = {"isotropic": "sigma", "diagonal": "psi"}
 _LR_DECAY = 1e-3
 # Steps per compiled chunk: the convergence test and progress bar run between chunks.
 _CHUNK = 100
+# Guide draws behind the horseshoe's point estimate and shrinkage summaries.
+_HORSESHOE_DRAWS = 2000
 # Chunks per convergence window for a stochastic objective (guide draws or
 # minibatches): the drift over a window grows with its length faster than the
 # Monte Carlo error of its mean, so longer windows make the test stricter.
@@ -118,6 +123,15 @@ class SVIFit:
     noise : {"isotropic", "diagonal"}
     shift, scale : ndarray of shape (d,), float
         Standardisation: data = shift + scale * standardised.
+    draws : LowRankGaussian or None
+        Horseshoe prior only: guide draws of ``(W, psi, mu)`` in data units
+        (leading axis of length 2000), columns of ``W`` in the canonical
+        order and sign of :func:`bayespca.models._canonical_columns`;
+        ``gaussian`` is then their mean (loadings) and the guide's medians
+        (noise, mean), and its ``W`` is not rotated to a canonical basis.
+        (:meth:`sample_posterior` draws in the guide's own column order.)
+    shrinkage : ndarray of shape (2000, d, k) or None
+        Horseshoe prior only: the draws of the shrinkage factors ``kappa``.
     """
 
     gaussian: LowRankGaussian
@@ -129,6 +143,8 @@ class SVIFit:
     noise: str
     shift: np.ndarray
     scale: float
+    draws: LowRankGaussian | None = None
+    shrinkage: np.ndarray | None = None
 
     def sample_posterior(self, num_samples: int, random_state: Any = None) -> LowRankGaussian:
         """Draw ``(W, psi, mu)`` from the fitted guide, in data units.
@@ -196,6 +212,9 @@ def _standardised_priors(
 
     def push(prior, shape, field, loc, power, domain=constraints.real):
         nonlocal jacobian
+        if isinstance(prior, Horseshoe):
+            # Its sampled variables are unit-free: only the slab's scale changes units.
+            return prior._replace(slab_scale=prior.slab_scale / scale)
         site = _as_site_distribution(prior, shape, field)
         if isinstance(prior, dist.ImproperUniform):
             return site
@@ -329,10 +348,15 @@ def fit_svi(
         Seeds the guide's draws, the minibatches and ``init="random"``.
     progress_bar : bool, default=False
         Show a tqdm progress bar with the current loss.
-    priors : None, "flat", Priors or dict
+    priors : None, "flat", "horseshoe", Priors or dict
         As in :func:`bayespca.models.ppca`: None for the scale-aware
         defaults, ``"flat"`` for improper flat priors (then the delta guide
-        gives the maximum-likelihood estimate).
+        gives the maximum-likelihood estimate). ``"horseshoe"`` (or
+        ``Priors(loadings=Horseshoe(...))``): the regularised horseshoe on
+        the entries of ``W``; it needs ``guide="normal"`` or ``"lowrank"``
+        (the MAP of a horseshoe is no sparse estimate: the density is
+        unbounded at 0), starts from the varimax rotation of the initial
+        loadings, and fills ``draws`` and ``shrinkage``.
     init : {"svd", "random"}, default="svd"
         Start from the closed-form pPCA of the mean-filled data, or from
         small random loadings (to study the optimiser).
@@ -402,6 +426,12 @@ def fit_svi(
     Xs[nan] = 0.0
 
     data_priors = resolve_priors(priors, noise=noise, X=arr, suff_stats=None, d=d)
+    horseshoe = isinstance(data_priors.loadings, Horseshoe)
+    if horseshoe and guide == "delta":
+        raise ValueError(
+            "guide must be 'normal' or 'lowrank' with the horseshoe prior (its MAP is not a "
+            "sparse estimate); got guide='delta'."
+        )
     std_priors, prior_jacobian = _standardised_priors(data_priors, noise, shift, scale, d, k)
     model = functools.partial(
         _MODELS[noise], n_components=k, subsample_size=batch_size, has_missing=has_missing
@@ -413,6 +443,15 @@ def fit_svi(
     if init == "random":
         init_values["W"] = 0.1 * rng.standard_normal((d, k))
         init_values[_NOISE_SITE[noise]] = np.ones(()) if noise == "isotropic" else np.ones(d)
+    if horseshoe:
+        from bayespca.rotations import rotate
+
+        w0 = np.asarray(rotate(init_values.pop("W"), "varimax").loadings)
+        noise0 = init_values[_NOISE_SITE[noise]] ** (2 if noise == "isotropic" else 1)
+        start = _horseshoe_start(w0, np.broadcast_to(noise0, (d,)), std_priors.loadings, n)
+        init_values.update(
+            W_z=start["z"], W_lambda=start["local"], W_tau=start["global_"], W_c2=start["slab"]
+        )
     guide_kwargs = {"init_loc_fn": init_to_value(values=init_values)}
     if guide != "delta":
         # Posterior sds of standardised parameters are O(1/sqrt(n)).
@@ -456,12 +495,24 @@ def fit_svi(
         )
     params = averaged if stochastic else svi.get_params(state)
     point = _to_data_units(auto_guide.median(params), noise, shift, scale)
+    draws = shrinkage = None
+    if horseshoe:
+        sites = auto_guide.sample_posterior(
+            jax.random.key(rng.randint(np.iinfo(np.int32).max)),
+            params,
+            sample_shape=(_HORSESHOE_DRAWS,),
+        )
+        draws = _to_data_units(sites, noise, shift, scale)
+        w, shrinkage = _canonical_columns(np.asarray(draws.loadings), np.asarray(sites["kappa"]))
+        draws = LowRankGaussian(w, draws.noise, draws.mean)
+        point = LowRankGaussian(w.mean(axis=0), point.noise, point.mean)
     # Back to data units: standardising multiplies the data density by
     # scale^n_obs, the transformed priors' density by scale^prior_jacobian,
     # and divides the guide's density by scale^(all parameters) (variances
     # counting twice), which the entropy of a non-degenerate guide carries.
     n_obs = int(n * d - nan.sum())
-    n_params = d * k + d + (1 if noise == "isotropic" else 2 * d)
+    # The horseshoe's sampled variables are unit-free; W is a function of them.
+    n_params = (0 if horseshoe else d * k) + d + (1 if noise == "isotropic" else 2 * d)
     offset = n_obs + prior_jacobian - (0 if guide == "delta" else n_params)
     offset *= math.log(scale)
     return SVIFit(
@@ -474,6 +525,8 @@ def fit_svi(
         noise=noise,
         shift=shift,
         scale=scale,
+        draws=draws,
+        shrinkage=shrinkage,
     )
 
 

@@ -1,0 +1,220 @@
+"""Regularised horseshoe on the loadings: PPCA / FactorAnalysis with prior="horseshoe"."""
+
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+
+from bayespca.inference.nuts import SamplingWarning, fit_nuts
+from bayespca.inference.svi import fit_svi
+from bayespca.models import Horseshoe, Priors, horseshoe_loadings
+from bayespca.probabilistic import PPCA, FactorAnalysis
+
+N, D, K, NOISE_SD = 200, 20, 2, 0.5
+
+
+@pytest.fixture(scope="module")
+def data():
+    """d = 20, k = 2, 6 non-zero loadings per column on disjoint features (30% non-zero)."""
+    rng = np.random.default_rng(0)
+    w = np.zeros((D, K))
+    for col, rows in enumerate((slice(0, 6), slice(6, 12))):
+        w[rows, col] = rng.choice([-1.0, 1.0], 6) * rng.uniform(1.0, 2.0, 6)
+    X = rng.normal(size=(N, K)) @ w.T + NOISE_SD * rng.normal(size=(N, D)) + 3.0
+    return X, w
+
+
+@pytest.fixture(scope="module")
+def ppca_nuts(data):
+    X, _ = data
+    model = PPCA(
+        K,
+        method="nuts",
+        prior="horseshoe",
+        num_warmup=300,
+        num_samples=300,
+        num_chains=2,
+        target_accept_prob=0.99,
+        random_state=0,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)  # two short chains
+        return model.fit(X)
+
+
+@pytest.fixture(scope="module")
+def fa_svi(data):
+    X, _ = data
+    return FactorAnalysis(K, method="svi", prior="horseshoe", guide="normal", random_state=0).fit(X)
+
+
+def _match_truth(estimate, truth):
+    """The signed column permutation of ``estimate`` (d, k) closest to ``truth`` (d, k)."""
+    best = None
+    for perm in itertools.permutations(range(truth.shape[1])):
+        cand = estimate[:, list(perm)]
+        signs = np.where(np.sum(cand * truth, axis=0) < 0, -1.0, 1.0)
+        err = np.sum((cand * signs - truth) ** 2)
+        if best is None or err < best[0]:
+            best = (err, list(perm), signs)
+    return best[1], best[2]
+
+
+def _precision_recall(selected, truth):
+    hits = np.sum(selected & truth)
+    return hits / max(selected.sum(), 1), hits / truth.sum()
+
+
+@pytest.mark.parametrize("fixture", ["ppca_nuts", "fa_svi"])
+def test_support_recovered(fixture, data, request):
+    model = request.getfixturevalue(fixture)
+    _, w = data
+    perm, _ = _match_truth(model.loadings_, w)
+    selected = model.support_[:, perm]
+    precision, recall = _precision_recall(selected, w != 0)
+    print(f"{fixture}: precision {precision:.3f}, recall {recall:.3f}")
+    assert precision >= 0.9
+    assert recall >= 0.9
+
+
+@pytest.mark.parametrize("fixture", ["ppca_nuts", "fa_svi"])
+def test_zero_loadings_intervals_contain_zero(fixture, data, request):
+    model = request.getfixturevalue(fixture)
+    _, w = data
+    perm, _ = _match_truth(model.loadings_, w)
+    lo, hi = model.loadings_interval_[:, perm, 0], model.loadings_interval_[:, perm, 1]
+    zeros = w == 0
+    assert np.all((lo[zeros] <= 0) & (hi[zeros] >= 0))
+    # support_ is exactly "the 90% interval excludes 0".
+    assert np.array_equal(model.support_[:, perm], (lo > 0) | (hi < 0))
+
+
+@pytest.mark.parametrize("fixture", ["ppca_nuts", "fa_svi"])
+def test_nonzero_loadings_near_truth(fixture, data, request):
+    model = request.getfixturevalue(fixture)
+    X, w = data
+    perm, signs = _match_truth(model.loadings_, w)
+    estimate = model.loadings_[:, perm] * signs
+    nonzero = w != 0
+    # Reference: least squares of each feature on the true factor scores is not
+    # available (z is latent), so compare with the truth at a tolerance of a few
+    # sampling standard errors (sd of a loading ~ sqrt(psi / n) ~ 0.035, plus the
+    # error of the loading's scale, ~ |w| / sqrt(2 n) ~ 0.1 for |w| = 2).
+    err = np.abs(estimate - w)
+    assert np.max(err[nonzero]) < 0.3
+    assert np.median(err[nonzero] / np.abs(w[nonzero])) < 0.1
+    # Zeros shrunk to 0: within a few standard errors of the noise.
+    assert np.max(err[~nonzero]) < 4 * NOISE_SD / np.sqrt(N)
+
+
+@pytest.mark.parametrize("fixture", ["ppca_nuts", "fa_svi"])
+def test_inclusion_separates_support(fixture, data, request):
+    model = request.getfixturevalue(fixture)
+    _, w = data
+    perm, _ = _match_truth(model.loadings_, w)
+    inclusion = model.inclusion_[:, perm]
+    assert inclusion.shape == (D, K)
+    # Every true loading is ranked above every zero (AUC = 1), and the kept ones are near 1.
+    assert inclusion[w != 0].min() > inclusion[w == 0].max()
+    assert inclusion[w != 0].min() > 0.95
+
+
+def test_summary_reports_inclusion(ppca_nuts):
+    table = ppca_nuts.summary()
+    rows = [f"inclusion[{j}, {c}]" for j in range(D) for c in range(K)]
+    assert np.allclose(table.loc[rows, "mean"].to_numpy(float).reshape(D, K), ppca_nuts.inclusion_, atol=1e-2)
+    assert ppca_nuts.identification_ == "signed_permutation"
+
+
+def test_tau0_gives_p0_expected_nonzeros():
+    """Piironen & Vehtari: at tau = tau_0 and no slab, E[sum_j (1 - kappa_j)] = p0.
+
+    With lambda ~ C+(0, 1) and a = n tau^2 / sigma^2, E[1 - kappa] =
+    sqrt(a) / (1 + sqrt(a)); at tau_0 = p0 / (d - p0) sigma / sqrt(n) that is p0 / d.
+    """
+    rng = np.random.default_rng(1)
+    m, d, p0, n, sigma2 = 100_000, 20, 5.0, 200, 0.3
+    local = np.abs(rng.standard_cauchy((m, d, 1)))
+    noise = np.full((m, d), sigma2)
+    w, kappa = horseshoe_loadings(
+        np.ones((m, d, 1)), local, np.ones(m), np.full(m, 1e12), noise, Horseshoe(p0, 1.0), n
+    )
+    m_eff = np.asarray(1.0 - kappa).sum(axis=(1, 2))
+    assert m_eff.mean() == pytest.approx(p0, abs=4 * m_eff.std() / np.sqrt(m))
+    # Regularisation: lambda~^2 = c^2 lambda^2 / (c^2 + tau^2 lambda^2), so W = tau lambda~ z.
+    tau, c2 = p0 / (d - p0) * np.sqrt(sigma2 / n), 2.0**2
+    w2 = horseshoe_loadings(np.ones((d, 1)), local[0], 1.0, 1.0, np.full(d, sigma2), Horseshoe(p0, 2.0), n)[0]
+    expected = tau * np.sqrt(c2 * local[0] ** 2 / (c2 + tau**2 * local[0] ** 2))
+    assert np.allclose(np.asarray(w2), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("prior", "match"),
+    [
+        (Priors(loadings=Horseshoe(p0=0)), "p0 must be a number in \\(0, n_features\\) = \\(0, 20\\); got 0"),
+        (Priors(loadings=Horseshoe(p0=20)), "p0 must be .*got 20"),
+        (Priors(loadings=Horseshoe(p0="many")), "p0 must be .*got 'many'"),
+        ({"loadings": Horseshoe(slab_scale=-1.0)}, "slab_scale must be a finite number > 0.*got -1.0"),
+        (Priors(loadings=Horseshoe(slab_df=0.0)), "slab_df must be a finite number > 0; got 0.0"),
+        ("horse", "priors must be None, 'flat', 'horseshoe'.*got the string 'horse'"),
+    ],
+)
+@pytest.mark.parametrize("fit", ["nuts", "svi"])
+def test_bad_prior_arguments(prior, match, fit, data):
+    X, _ = data
+    with pytest.raises(ValueError, match=match):
+        if fit == "nuts":
+            fit_nuts(X, K, priors=prior, num_warmup=1, num_samples=1, num_chains=1)
+        else:
+            fit_svi(X, K, priors=prior, guide="normal", num_steps=1)
+
+
+def test_bad_combinations(data):
+    X, _ = data
+    with pytest.raises(ValueError, match="prior='horseshoe' needs method='nuts' or 'svi'; got method='auto'"):
+        PPCA(K, prior="horseshoe").fit(X)
+    with pytest.raises(ValueError, match="guide must be 'normal' or 'lowrank'.*got guide='delta'"):
+        PPCA(K, method="svi", prior="horseshoe").fit(X)
+    with pytest.raises(ValueError, match="identification must be None or 'none'.*got 'polar'"):
+        PPCA(K, method="nuts", prior="horseshoe", identification="polar").fit(X)
+    with pytest.raises(ValueError, match="rotation must be None with prior='horseshoe'.*'varimax'"):
+        FactorAnalysis(K, method="svi", guide="normal", prior="horseshoe", rotation="varimax").fit(X)
+
+
+def test_nuts_potential_matches_numpyro_model(ppca_nuts, data):
+    """The sampler's own potential (centred/non-centred W, whitened mu, hand-written prior
+    densities) and NumPyro's NUTS on the model function (its own distributions and
+    transforms) target the same posterior."""
+    import functools
+
+    import jax
+    from numpyro.infer import MCMC, NUTS
+
+    from bayespca.models import ppca, sufficient_statistics
+
+    X, _ = data
+    model = functools.partial(ppca, n_components=K, priors="horseshoe")
+    mcmc = MCMC(NUTS(model, target_accept_prob=0.95), num_warmup=300, num_samples=300, progress_bar=False)
+    mcmc.run(jax.random.key(3), suff_stats=sufficient_statistics(X))
+    draws = mcmc.get_samples()
+    reference = np.asarray(draws["W"]).mean(0)
+    perm, signs = _match_truth(reference, ppca_nuts.loadings_)
+    assert np.max(np.abs(reference[:, perm] * signs - ppca_nuts.loadings_)) < 0.05
+    sigma2 = np.asarray(draws["sigma"]) ** 2
+    assert sigma2.mean() == pytest.approx(ppca_nuts.noise_variance_samples_.mean(), rel=0.02)
+    inclusion = 1.0 - np.asarray(draws["kappa"]).mean(0)[:, perm]
+    assert np.max(np.abs(inclusion - ppca_nuts.inclusion_)) < 0.15
+
+
+def test_horseshoe_prior_forms_resolve_alike(data):
+    """"horseshoe", a bare Horseshoe and Priors(loadings=Horseshoe()) give the same defaults:
+    p0 = d / 4 and the slab at the root mean column sd of the data."""
+    from bayespca.models import _resolve_priors
+
+    X, _ = data
+    expected = Horseshoe(D / 4, float(np.sqrt(X.var(axis=0).mean())), 4.0)
+    for prior in ("horseshoe", Horseshoe(), Priors(loadings=Horseshoe()), {"loadings": Horseshoe()}):
+        got = _resolve_priors(prior, noise="isotropic", X=X, suff_stats=None, d=D).loadings
+        assert got.p0 == expected.p0 and got.slab_df == expected.slab_df
+        assert float(got.slab_scale) == pytest.approx(expected.slab_scale, rel=1e-12)

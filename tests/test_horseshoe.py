@@ -210,11 +210,11 @@ def test_nuts_potential_matches_numpyro_model(ppca_nuts, data):
 def test_horseshoe_prior_forms_resolve_alike(data):
     """"horseshoe", a bare Horseshoe and Priors(loadings=Horseshoe()) give the same defaults:
     p0 = d / 4 and the slab at the root mean column sd of the data."""
-    from bayespca.models import _resolve_priors
+    from bayespca.models import resolve_priors
 
     X, _ = data
     expected = Horseshoe(D / 4, float(np.sqrt(X.var(axis=0).mean())), 4.0)
     for prior in ("horseshoe", Horseshoe(), Priors(loadings=Horseshoe()), {"loadings": Horseshoe()}):
-        got = _resolve_priors(prior, noise="isotropic", X=X, suff_stats=None, d=D).loadings
+        got = resolve_priors(prior, noise="isotropic", X=X, suff_stats=None, d=D).loadings
         assert got.p0 == expected.p0 and got.slab_df == expected.slab_df
         assert float(got.slab_scale) == pytest.approx(expected.slab_scale, rel=1e-12)

@@ -35,7 +35,6 @@ def ppca_nuts(data):
         num_warmup=300,
         num_samples=300,
         num_chains=2,
-        target_accept_prob=0.99,
         random_state=0,
     )
     with warnings.catch_warnings():
@@ -218,3 +217,9 @@ def test_horseshoe_prior_forms_resolve_alike(data):
         got = resolve_priors(prior, noise="isotropic", X=X, suff_stats=None, d=D).loadings
         assert got.p0 == expected.p0 and got.slab_df == expected.slab_df
         assert float(got.slab_scale) == pytest.approx(expected.slab_scale, rel=1e-12)
+
+
+def test_horseshoe_nuts_default_target_has_no_divergences(ppca_nuts):
+    """The estimators' default target under the horseshoe is 0.99, where its funnels do not diverge."""
+    assert ppca_nuts._target_accept_prob() == 0.99
+    assert int(ppca_nuts.sample_stats_["diverging"].sum()) == 0

@@ -474,7 +474,7 @@ def fit_nuts(
     num_chains: int = 4,
     chain_method: str = "sequential",
     target_accept_prob: float = 0.9,
-    dense_mass: bool | str = "auto",
+    dense_mass: bool = False,
     max_patterns: int = 64,
     random_state: Any = None,
     progress_bar: bool = False,
@@ -504,12 +504,13 @@ def fit_nuts(
     num_warmup, num_samples, num_chains : int
     chain_method : {"sequential", "parallel", "vectorized"}, default="sequential"
     target_accept_prob : float, default=0.9
-    dense_mass : bool or "auto", default="auto"
-        Adapt a dense mass matrix (the loadings, noise and mean are
-        correlated a posteriori: at n=1000, d=20, k=3 a dense mass cuts the
-        leapfrog steps per draw from ~255 to ~31). ``"auto"``: dense up to
-        1000 sampled parameters, diagonal above, and always diagonal with the
-        horseshoe.
+    dense_mass : bool, default=False
+        Adapt a dense mass matrix. The Laplace whitening already removes the
+        posterior correlations of the loadings, noise and mean, so a diagonal
+        mass suffices (measured at n=1000, d=20, k=3: 15 leapfrog steps per
+        draw either way, but a dense warm-up takes ~170,000 leapfrog steps
+        against ~7,700, its first windows estimating an 84 x 84 covariance
+        from 25 draws; with the horseshoe, 1000 steps per draw against 80).
     max_patterns : int, default=64
         See :func:`missing_patterns`.
     random_state : int, numpy Generator or None
@@ -541,6 +542,9 @@ def fit_nuts(
     num_warmup = _check_int(num_warmup, "num_warmup", 1)
     num_samples = _check_int(num_samples, "num_samples", 1)
     num_chains = _check_int(num_chains, "num_chains", 1)
+    if not isinstance(dense_mass, bool | np.bool_):
+        raise ValueError(f"dense_mass must be True or False; got {dense_mass!r}.")
+    dense_mass = bool(dense_mass)
     if not (isinstance(target_accept_prob, numbers.Real) and 0 < target_accept_prob < 1):
         raise ValueError(f"target_accept_prob must be a float in (0, 1); got {target_accept_prob!r}.")
     arr = as_float_matrix(X, name="X", allow_nan=True)
@@ -635,11 +639,7 @@ def fit_nuts(
     key_init, key_run = jax.random.split(key)
     # Draws from the Laplace approximation (or a few rough posterior sds) around the ML fit.
     init = init_scale * jax.random.normal(key_init, (num_chains, centre.size))
-    if dense_mass == "auto":
-        # Not with the horseshoe: its scales' heavy tails spoil a dense estimate (measured:
-        # 1000 leapfrog steps per draw against 80 with a diagonal mass).
-        dense_mass = horseshoe is None and centre.size <= 1000
-    settings = (num_warmup, num_samples, bool(dense_mass), float(target_accept_prob))
+    settings = (num_warmup, num_samples, dense_mass, float(target_accept_prob))
     xi, extra = _run_chains(static, settings, data, init, key_run, chain_method, progress_bar)
 
     w, psi, mu, log_alpha, kappa = _constrained_draws(static, data, xi.reshape(-1, centre.size))

@@ -68,6 +68,13 @@ maximum-likelihood start (the Laplace approximation whitened): NUTS then sees
 near unit-scale geometry whatever ``n``, and each chain starts at a draw of
 that approximation. (Measured at d=20, k=3: a median 15 leapfrog steps per
 draw at n=10^3 and at n=10^5.)
+
+The data (pattern statistics, prior parameters, start, preconditioner) reach
+the compiled sampler as arguments: a fit compiles once per configuration
+(``d``, ``k``, noise, identification, prior kind, pattern sizes, numbers of
+draws and chains, mass and acceptance settings) and later fits of new data
+reuse it (measured at n=1000, d=20, k=3, 500+500 draws: 9 s for the first
+fit, 0.7 s for the next).
 """
 
 from __future__ import annotations

@@ -97,11 +97,30 @@ def test_ppca_chains_converge(ppca_fit):
         ({"num_chains": 0}, "num_chains"),
         ({"chain_method": "threads"}, "chain_method"),
         ({"target_accept_prob": 1.5}, "target_accept"),
+        ({"dense_mass": "auto"}, "dense_mass"),
     ],
 )
 def test_bad_options(kwargs, match):
     with pytest.raises(ValueError, match=match):
         fit_nuts(np.ones((5, 3)), 1, **kwargs)
+
+
+def test_new_data_of_the_same_shapes_reuse_the_compiled_sampler():
+    """The data are arguments of the compiled sampler, not constants baked into it.
+
+    ``3 X + 5`` has noise variances 9 times those of ``X``; the scale-aware
+    default priors keep the posterior equivariant, so the posterior mean of
+    ``sigma^2`` scales by 9, while nothing is compiled again.
+    """
+    from bayespca.inference import nuts
+
+    X, _ = _data(150, 4, 1, 0.5, seed=10)
+    options = {"num_warmup": 150, "num_samples": 150, "num_chains": 1, "random_state": 0}
+    first = fit_nuts(X, 1, **options)
+    compiled = [f._cache_size() for f in (nuts._chain_jit, nuts._hessian, nuts._constrained_draws)]
+    second = fit_nuts(3 * X + 5, 1, **options)
+    assert [f._cache_size() for f in (nuts._chain_jit, nuts._hessian, nuts._constrained_draws)] == compiled
+    assert second.noise.mean() / first.noise.mean() == pytest.approx(9.0, rel=0.05)
 
 
 def test_diagnostics_silent_on_converged_chains(ppca_fit):

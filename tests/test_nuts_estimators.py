@@ -84,7 +84,7 @@ def test_factor_analysis_lower_triangular_converges_and_covers_truth():
         2,
         method="nuts",
         num_warmup=300,
-        num_samples=300,
+        num_samples=600,  # R-hat < 1.01 needs a few hundred effective draws per chain
         num_chains=4,
         chain_method="vectorized",
         random_state=1,
@@ -97,7 +97,7 @@ def test_factor_analysis_lower_triangular_converges_and_covers_truth():
     assert np.max(np.abs((noise.mean(0) - psi) / noise.std(0))) < 4.5
     wwt = np.einsum("cmdk,cmek->cmde", draws, draws).reshape(-1, 6, 6)
     assert np.max(np.abs((wwt.mean(0) - w @ w.T) / wwt.std(0))) < 4.5
-    for series in np.moveaxis(draws.reshape(4, 300, -1), -1, 0):
+    for series in np.moveaxis(draws.reshape(4, 600, -1), -1, 0):
         if series.std() > 0:
             assert az.rhat(series) < 1.01
 
@@ -156,7 +156,9 @@ def test_loo_invariant_to_rotating_draws(small):
 
     _, model = small
     tree = model.to_arviz()
-    elpd = az.loo(tree).elpd
+    # ArviZ's default reff averages the ESS of every posterior variable, W included, which the
+    # rotation changes; what must be invariant is the pointwise log-likelihood.
+    elpd = az.loo(tree, reff=1.0).elpd
     rng = np.random.default_rng(0)
     fit = model.nuts_
     q = np.linalg.qr(rng.normal(size=(*fit.loadings.shape[:2], 2, 2)))[0]
@@ -164,7 +166,7 @@ def test_loo_invariant_to_rotating_draws(small):
     from bayespca.inference.nuts import to_datatree
 
     rot_tree = to_datatree(rotated, tree["observed_data"]["X"].values)
-    assert az.loo(rot_tree).elpd == pytest.approx(elpd, rel=1e-10)
+    assert az.loo(rot_tree, reff=1.0).elpd == pytest.approx(elpd, rel=1e-10)
     assert not np.allclose(rot_tree["posterior"]["W"].values, tree["posterior"]["W"].values)
 
 

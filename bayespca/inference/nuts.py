@@ -68,11 +68,20 @@ maximum-likelihood start (the Laplace approximation whitened): NUTS then sees
 near unit-scale geometry whatever ``n``, and each chain starts at a draw of
 that approximation. (Measured at d=20, k=3: a median 15 leapfrog steps per
 draw at n=10^3 and at n=10^5.)
+
+The data (pattern statistics, prior parameters, start, preconditioner) reach
+the compiled sampler as arguments: a fit compiles once per configuration
+(``d``, ``k``, noise, identification, prior kind, pattern sizes, numbers of
+draws and chains, mass and acceptance settings) and later fits of new data
+reuse it (measured at n=1000, d=20, k=3, 500+500 draws: 9 s for the first
+fit, 0.7 s for the next).
 """
 
 from __future__ import annotations
 
+import functools
 import numbers
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +91,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from jax.scipy.linalg import solve_triangular
 from numpyro.infer import MCMC, NUTS
+from numpyro.infer.hmc import hmc
 
 from bayespca.data import as_float_matrix
 from bayespca.gaussian import LowRankGaussian, log_likelihood_from_stats, log_prob
@@ -136,6 +146,13 @@ class MissingPatterns:
     stats: tuple
     X: np.ndarray | None = None
     observed: np.ndarray | None = None
+
+
+# A pytree, so that the data reach the compiled sampler as arguments (one compilation serves
+# every data set with the same number and sizes of patterns).
+jax.tree_util.register_dataclass(
+    MissingPatterns, data_fields=["columns", "stats", "X", "observed"], meta_fields=[]
+)
 
 
 def missing_patterns(X: Any, max_patterns: int = 64) -> MissingPatterns:
@@ -464,7 +481,7 @@ def fit_nuts(
     num_chains: int = 4,
     chain_method: str = "sequential",
     target_accept_prob: float = 0.9,
-    dense_mass: bool | str = "auto",
+    dense_mass: bool = False,
     max_patterns: int = 64,
     random_state: Any = None,
     progress_bar: bool = False,
@@ -494,12 +511,13 @@ def fit_nuts(
     num_warmup, num_samples, num_chains : int
     chain_method : {"sequential", "parallel", "vectorized"}, default="sequential"
     target_accept_prob : float, default=0.9
-    dense_mass : bool or "auto", default="auto"
-        Adapt a dense mass matrix (the loadings, noise and mean are
-        correlated a posteriori: at n=1000, d=20, k=3 a dense mass cuts the
-        leapfrog steps per draw from ~255 to ~31). ``"auto"``: dense up to
-        1000 sampled parameters, diagonal above, and always diagonal with the
-        horseshoe.
+    dense_mass : bool, default=False
+        Adapt a dense mass matrix. The Laplace whitening already removes the
+        posterior correlations of the loadings, noise and mean, so a diagonal
+        mass suffices (measured at n=1000, d=20, k=3: 15 leapfrog steps per
+        draw either way, but a dense warm-up takes ~170,000 leapfrog steps
+        against ~7,700, its first windows estimating an 84 x 84 covariance
+        from 25 draws; with the horseshoe, 1000 steps per draw against 80).
     max_patterns : int, default=64
         See :func:`missing_patterns`.
     random_state : int, numpy Generator or None
@@ -531,6 +549,9 @@ def fit_nuts(
     num_warmup = _check_int(num_warmup, "num_warmup", 1)
     num_samples = _check_int(num_samples, "num_samples", 1)
     num_chains = _check_int(num_chains, "num_chains", 1)
+    if not isinstance(dense_mass, bool | np.bool_):
+        raise ValueError(f"dense_mass must be True or False; got {dense_mass!r}.")
+    dense_mass = bool(dense_mass)
     if not (isinstance(target_accept_prob, numbers.Real) and 0 < target_accept_prob < 1):
         raise ValueError(f"target_accept_prob must be a float in (0, 1); got {target_accept_prob!r}.")
     arr = as_float_matrix(X, name="X", allow_nan=True)
@@ -570,6 +591,14 @@ def fit_nuts(
     reference_w = np.asarray(ref.loadings)
     if identification == "lower_triangular":
         reference_w = _lower_triangular(reference_w)
+    data = {
+        "patterns": patterns,
+        "xbar": jnp.asarray(xbar),
+        "mean_factor": jnp.asarray(mean_factor),
+        "priors": (None if ard or horseshoe is not None else w_prior, noise_prior, mean_prior),
+        "overall_var": jnp.asarray(overall_var),
+        "horseshoe": None,
+    }
     if horseshoe is not None:
         from bayespca.rotations import rotate
 
@@ -578,28 +607,14 @@ def fit_nuts(
 
         standard_error = np.sqrt(np.asarray(ref.noise) / n)[:, None]
         centred = np.abs(reference_w) > _CENTRED_AT * standard_error
-
-    def constrain(theta):
-        if horseshoe is not None:
-            return _horseshoe_constrain(par, horseshoe, n, centred, standard_error, theta)
-        return (*par.constrain(theta), None)
+        data["horseshoe"] = (
+            Horseshoe(*(jnp.asarray(float(v)) for v in horseshoe)),
+            jnp.asarray(float(n)),
+            jnp.asarray(centred),
+            jnp.asarray(standard_error),
+        )
 
     reference = LowRankGaussian(reference_w, np.asarray(ref.noise), np.asarray(ref.mean))
-
-    def potential(theta):
-        w, psi, mu, noise_param, log_jac, extra, _ = constrain(theta)
-        if horseshoe is not None:
-            log_prior = 0.0  # in extra
-        elif ard:
-            alpha = jnp.exp(theta["log_alpha"])
-            log_prior = jnp.sum(0.5 * d * theta["log_alpha"] - 0.5 * alpha * jnp.sum(w**2, axis=0))
-            # alpha s^2 ~ Gamma(1, 1e-2), on log alpha (Jacobian alpha).
-            log_prior += jnp.sum(theta["log_alpha"] - 1e-2 * alpha * overall_var)
-        else:
-            log_prior = w_prior.log_prob(w)
-        log_prior += noise_prior.log_prob(noise_param) + mean_prior.log_prob(mu)
-        ll = marginal_log_likelihood(LowRankGaussian(w, psi, mu), patterns)
-        return -(ll + log_prior + log_jac + extra)
 
     start = par.unconstrain(reference_w, np.asarray(ref.noise), np.asarray(ref.mean))
     if ard:
@@ -612,57 +627,29 @@ def fit_nuts(
         start["W_log_lambda"] = np.log(values["local"])
         start["W_log_tau"] = np.log(values["global_"])
         start["W_log_c2"] = np.log(values["slab"])
-    centre, unravel = ravel_pytree({name: jnp.asarray(v, dtype=float) for name, v in start.items()})
+    start = {name: np.asarray(v, dtype=float) for name, v in sorted(start.items())}
+    layout = tuple((name, v.shape) for name, v in start.items())
+    static = _Static(d, k, noise, identification, ard, horseshoe is not None, layout)
+    centre = ravel_pytree({name: jnp.asarray(v) for name, v in start.items()})[0]
     if horseshoe is not None:
         # Its coordinates are unit-free already (loadings in standard errors, log scales), and
         # a Laplace fit to the scales' heavy tails misleads; start a few tenths of a unit away.
         factor = jnp.ones(centre.size)
         init_scale = 0.1 * min(1.0, 10.0 / np.sqrt(n))
     elif centre.size <= _MAX_LAPLACE_SIZE:
-        factor = _laplace_factor(lambda v: potential(unravel(v)), centre)
+        factor = _laplace_factor(np.asarray(_hessian(static, data, centre)))
     else:
         factor = _rough_scales(start, n, d)
-
-    def to_theta(xi):
-        step = factor @ xi if factor.ndim == 2 else factor * xi
-        return unravel(centre + step)
+    data["centre"], data["factor"] = centre, factor
 
     key = _key(random_state)
     key_init, key_run = jax.random.split(key)
     # Draws from the Laplace approximation (or a few rough posterior sds) around the ML fit.
     init = init_scale * jax.random.normal(key_init, (num_chains, centre.size))
-    init = init[0] if num_chains == 1 else init
-    if dense_mass == "auto":
-        # Not with the horseshoe: its scales' heavy tails spoil a dense estimate (measured:
-        # 1000 leapfrog steps per draw against 80 with a diagonal mass).
-        dense_mass = horseshoe is None and centre.size <= 1000
-    kernel = NUTS(
-        potential_fn=lambda xi: potential(to_theta(xi)),
-        target_accept_prob=float(target_accept_prob),
-        dense_mass=bool(dense_mass),
-    )
-    mcmc = MCMC(
-        kernel,
-        num_warmup=num_warmup,
-        num_samples=num_samples,
-        num_chains=num_chains,
-        chain_method=chain_method,
-        progress_bar=progress_bar,
-    )
-    mcmc.run(
-        key_run,
-        init_params=init,
-        extra_fields=("diverging", "num_steps", "potential_energy", "accept_prob"),
-    )
-    xi = mcmc.get_samples(group_by_chain=True)
-    extra = mcmc.get_extra_fields(group_by_chain=True)
+    settings = (num_warmup, num_samples, dense_mass, float(target_accept_prob))
+    xi, extra = _run_chains(static, settings, data, init, key_run, chain_method, progress_bar)
 
-    def constrained(x):
-        t = to_theta(x)
-        w, psi, mu, *_, kappa = constrain(t)
-        return w, psi, mu, t.get("log_alpha", jnp.zeros(0)), kappa
-
-    w, psi, mu, log_alpha, kappa = jax.vmap(constrained)(xi.reshape(-1, centre.size))
+    w, psi, mu, log_alpha, kappa = _constrained_draws(static, data, xi.reshape(-1, centre.size))
     w, psi, mu, log_alpha = np.asarray(w), np.asarray(psi), np.asarray(mu), np.asarray(log_alpha)
     shrinkage = None
     if horseshoe is not None:
@@ -698,19 +685,185 @@ def fit_nuts(
 _MAX_LAPLACE_SIZE = 2000
 
 
-def _laplace_factor(potential, centre) -> jax.Array:
-    """``S`` with ``S S^T`` the inverse Hessian of ``potential`` at ``centre`` (eigenvalues floored).
+@dataclass(frozen=True)
+class _Static:
+    """What fixes the code and shapes of the sampler's potential (the key of jit's cache).
 
-    The sampler runs on ``xi`` with ``theta = centre + S xi``: the Laplace
-    approximation at the ML start is then ``N(0, I)`` whatever ``n``, so the
-    step size, the mass adaptation and the start jitter see the same
-    geometry at n=10^3 and 10^6.
+    Everything else (statistics, priors' parameters, start, preconditioner)
+    travels in the ``data`` pytree, so fits of new data with the same
+    configuration reuse the compiled sampler. ``layout`` lists the
+    ``(name, shape)`` of the unconstrained parameters in ravel order.
     """
-    h = np.asarray(jax.hessian(potential)(centre))
-    vals, vecs = np.linalg.eigh(0.5 * (h + h.T))
+
+    d: int
+    k: int
+    noise: str
+    identification: str
+    ard: bool
+    horseshoe: bool
+    layout: tuple
+
+
+def _unravel(static: _Static):
+    return ravel_pytree({name: jnp.zeros(shape) for name, shape in static.layout})[1]
+
+
+def _constrain(static: _Static, data: dict, theta: dict):
+    """``(W, psi, mu, noise_param, log|Jacobian|, extra prior, kappa)`` from ``theta``."""
+    d, k, noise, identification = static.d, static.k, static.noise, static.identification
+    par = _Parameterisation(d, k, noise, identification, data["xbar"], data["mean_factor"], not static.ard)
+    if static.horseshoe:
+        return _horseshoe_constrain(par, *data["horseshoe"], theta)
+    return (*par.constrain(theta), None)
+
+
+def _potential(static: _Static, data: dict, theta: dict) -> jax.Array:
+    """Negative log posterior density of the unconstrained ``theta`` (Jacobians included)."""
+    w, psi, mu, noise_param, log_jac, extra, _ = _constrain(static, data, theta)
+    w_prior, noise_prior, mean_prior = data["priors"]
+    if static.horseshoe:
+        log_prior = 0.0  # in extra
+    elif static.ard:
+        alpha = jnp.exp(theta["log_alpha"])
+        log_prior = jnp.sum(0.5 * static.d * theta["log_alpha"] - 0.5 * alpha * jnp.sum(w**2, axis=0))
+        # alpha s^2 ~ Gamma(1, 1e-2), on log alpha (Jacobian alpha).
+        log_prior += jnp.sum(theta["log_alpha"] - 1e-2 * alpha * data["overall_var"])
+    else:
+        log_prior = w_prior.log_prob(w)
+    log_prior += noise_prior.log_prob(noise_param) + mean_prior.log_prob(mu)
+    ll = marginal_log_likelihood(LowRankGaussian(w, psi, mu), data["patterns"])
+    return -(ll + log_prior + log_jac + extra)
+
+
+def _theta_of(static: _Static, data: dict, xi: jax.Array) -> dict:
+    """``theta = centre + S xi`` (``S`` the Laplace factor, or a vector of scales)."""
+    factor = data["factor"]
+    step = factor @ xi if factor.ndim == 2 else factor * xi
+    return _unravel(static)(data["centre"] + step)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _hessian(static: _Static, data: dict, centre: jax.Array) -> jax.Array:
+    unravel = _unravel(static)
+    return jax.hessian(lambda v: _potential(static, data, unravel(v)))(centre)
+
+
+def _laplace_factor(hessian: np.ndarray) -> jax.Array:
+    """``S`` with ``S S^T`` the inverse of ``hessian`` (eigenvalues floored).
+
+    ``hessian`` is that of the negative log posterior at the ML start
+    ``centre``. The sampler runs on ``xi`` with ``theta = centre + S xi``:
+    the Laplace approximation at the ML start is then ``N(0, I)`` whatever
+    ``n``, so the step size, the mass adaptation and the start jitter see
+    the same geometry at n=10^3 and 10^6.
+    """
+    vals, vecs = np.linalg.eigh(0.5 * (hessian + hessian.T))
     # Flat or curved-down directions (the start is the ML point, not the MAP) get an sd of at most 3.
     floor = max(1e-8 * vals.max(), 0.1)
     return jnp.asarray(vecs / np.sqrt(np.maximum(vals, floor)))
+
+
+def _sampler_potential(static: _Static, data: dict):
+    return lambda xi: _potential(static, data, _theta_of(static, data, xi))
+
+
+_EXTRA_FIELDS = ("diverging", "num_steps", "potential_energy", "accept_prob")
+
+
+def _chain(static: _Static, settings: tuple, data: dict, init: jax.Array, key: jax.Array):
+    """One NUTS chain (warm-up, then ``num_samples`` draws of ``xi`` and their statistics).
+
+    NumPyro's functional NUTS with the data as model arguments: traced under
+    a module-level jit, it compiles once per ``(static, settings)`` and data
+    shapes.
+    """
+    num_warmup, num_samples, dense_mass, target_accept_prob = settings
+    init_kernel, sample_kernel = hmc(potential_fn_gen=functools.partial(_sampler_potential, static))
+    key = jax.random.split(key)[0]  # as numpyro's NUTS.init does: the same draws as MCMC
+    state = init_kernel(
+        init,
+        num_warmup,
+        dense_mass=dense_mass,
+        target_accept_prob=target_accept_prob,
+        trajectory_length=None,  # NUTS: the tree sets the path length
+        model_args=(data,),
+        rng_key=key,
+    )
+
+    def step(state):
+        return sample_kernel(state, model_args=(data,))
+
+    state = jax.lax.fori_loop(0, num_warmup, lambda _, s: step(s), state)
+
+    def draw(state, _):
+        state = step(state)
+        return state, (state.z, *(getattr(state, f) for f in _EXTRA_FIELDS))
+
+    return jax.lax.scan(draw, state, length=num_samples)[1]
+
+
+_chain_jit = jax.jit(_chain, static_argnums=(0, 1))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _chains_vectorized(static, settings, data, init, keys):
+    return jax.vmap(lambda x, key: _chain(static, settings, data, x, key))(init, keys)
+
+
+_chains_parallel = jax.pmap(_chain, in_axes=(None, None, None, 0, 0), static_broadcasted_argnums=(0, 1))
+
+
+def _run_chains(static, settings, data, init, key, chain_method, progress_bar):
+    """Draws of ``xi`` (chain, draw, p) and the sampler's statistics (chain, draw) by field."""
+    num_chains = init.shape[0]
+    if progress_bar:
+        # NumPyro's progress bar needs its MCMC driver, which compiles per call.
+        num_warmup, num_samples, dense_mass, target_accept_prob = settings
+        kernel = NUTS(
+            potential_fn=_sampler_potential(static, data),
+            target_accept_prob=target_accept_prob,
+            dense_mass=dense_mass,
+        )
+        mcmc = MCMC(
+            kernel,
+            num_warmup=num_warmup,
+            num_samples=num_samples,
+            num_chains=num_chains,
+            chain_method=chain_method,
+            progress_bar=True,
+        )
+        mcmc.run(key, init_params=init[0] if num_chains == 1 else init, extra_fields=_EXTRA_FIELDS)
+        extra = mcmc.get_extra_fields(group_by_chain=True)
+        return mcmc.get_samples(group_by_chain=True), {f: extra[f] for f in _EXTRA_FIELDS}
+    keys = jax.random.split(key, num_chains) if num_chains > 1 else key[None]
+    if chain_method == "parallel" and num_chains > jax.local_device_count():
+        warnings.warn(
+            f"There are not enough devices to run parallel chains: expected {num_chains} but got "
+            f"{jax.local_device_count()}. Chains will be drawn sequentially.",
+            UserWarning,
+            stacklevel=3,
+        )
+        chain_method = "sequential"
+    if chain_method == "vectorized":
+        out = _chains_vectorized(static, settings, data, init, keys)
+    elif chain_method == "parallel":
+        out = _chains_parallel(static, settings, data, init, keys)
+    else:
+        runs = [_chain_jit(static, settings, data, init[c], keys[c]) for c in range(num_chains)]
+        out = jax.tree.map(lambda *a: jnp.stack(a), *runs)
+    return out[0], dict(zip(_EXTRA_FIELDS, out[1:], strict=True))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _constrained_draws(static: _Static, data: dict, xi: jax.Array):
+    """``(W, psi, mu, log_alpha, kappa)`` of each row of ``xi`` (m, p)."""
+
+    def one(x):
+        theta = _theta_of(static, data, x)
+        w, psi, mu, *_, kappa = _constrain(static, data, theta)
+        return w, psi, mu, theta.get("log_alpha", jnp.zeros(0)), kappa
+
+    return jax.vmap(one)(xi)
 
 
 def _rough_scales(start, n, d) -> jax.Array:

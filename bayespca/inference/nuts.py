@@ -1053,7 +1053,8 @@ def diagnose(fit: NUTSFit, log_lik: np.ndarray | None = None, *, min_ess_per_cha
     if worst_ess[1] < min_ess_per_chain * chains:
         messages.append(
             f"Effective sample size of {worst_ess[0]} is {worst_ess[1]:.0f} < "
-            f"{min_ess_per_chain} per chain: increase num_samples."
+            f"{min_ess_per_chain * chains} ({min_ess_per_chain} per chain x {chains} chains): "
+            "increase num_samples."
         )
     for message in messages:
         warnings.warn(message, SamplingWarning, stacklevel=3)

@@ -1,0 +1,352 @@
+"""Data reduced once to what every fitter consumes: the seam between data and inference.
+
+The Gaussian models of this package (pPCA, factor analysis) see complete
+data only through ``(n, mean, scatter)`` and data with missing values
+through the same statistics of each pattern of observed entries. A
+:class:`Prepared` holds those, computed once from validated data, together
+with the rows themselves for the per-row work (transform, pointwise
+log-likelihood, imputation, EM with many missing patterns).
+
+Scale. Fitters work in *working units* ``X / scale``, ``scale`` a power of
+two near the spread of the centred data: dividing by a power of two is
+exact, so a fit of ``c X`` is the fit of ``X`` with every result scaled by
+``c`` (exactly when ``c`` is a power of two, to rounding otherwise), and
+tolerances, floors and step sizes mean the same at 1e-150 as at 1. Results
+go back to data units through :meth:`Prepared.to_data_units` for parameters
+and :func:`log_scale_correction` for log-densities. Data whose squares
+cannot be represented in float64 are refused by :func:`check_representable`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from bayespca.linalg import centred_scatter
+
+__all__ = [
+    "MissingPatterns",
+    "Prepared",
+    "SufficientStatistics",
+    "check_representable",
+    "log_scale_correction",
+    "missing_patterns",
+    "power_of_two_scale",
+    "prepare",
+    "sufficient_statistics",
+]
+
+# Largest spread whose square (a variance) is a normal float64 with room for
+# sums over features: 2^505 ~ 1e152 (and 2^-505 ~ 1e-152 for the smallest).
+_MAX_LOG2_SPREAD = 505
+_MAX_PATTERNS = 64
+
+
+class SufficientStatistics(NamedTuple):
+    """What complete Gaussian data tell about ``(W, Psi, mu)``.
+
+    Attributes
+    ----------
+    n : int
+        Number of rows.
+    mean : ndarray of shape (d,)
+        Column means ``xbar``.
+    scatter : ndarray of shape (d, d)
+        Centred scatter ``sum_i (x_i - xbar)(x_i - xbar)^T``.
+    """
+
+    n: Any
+    mean: Any
+    scatter: Any
+
+
+def sufficient_statistics(X: Any) -> SufficientStatistics:
+    """Row count, column means and centred scatter matrix of complete data.
+
+    Parameters
+    ----------
+    X : array-like of shape (n, d)
+        No missing values (the Gaussian likelihood of data with missing
+        entries does not reduce to one scatter matrix; see
+        :func:`missing_patterns`).
+
+    Returns
+    -------
+    SufficientStatistics
+
+    Examples
+    --------
+    >>> stats = sufficient_statistics([[1.0, 2.0], [3.0, 6.0]])
+    >>> int(stats.n), stats.mean.tolist(), stats.scatter.tolist()
+    (2, [2.0, 4.0], [[2.0, 4.0], [4.0, 8.0]])
+    """
+    from bayespca.data import as_float_matrix
+
+    arr = as_float_matrix(X, name="X")
+    mean = arr.mean(axis=0)
+    return SufficientStatistics(arr.shape[0], mean, centred_scatter(arr, mean))
+
+
+@dataclass(frozen=True)
+class MissingPatterns:
+    """Rows grouped by their pattern of observed entries, as sufficient statistics.
+
+    Attributes
+    ----------
+    columns : tuple of ndarray of int
+        Observed columns of each pattern (largest group first).
+    stats : tuple of SufficientStatistics
+        ``(n_p, mean_p, scatter_p)`` of the observed block of the rows with
+        that pattern.
+    X, observed : ndarray or None
+        The rows (NaN replaced by 0) and their mask, kept instead of the
+        groups when there are more than ``max_patterns`` patterns (the
+        likelihood is then a sum over rows).
+    """
+
+    columns: tuple
+    stats: tuple
+    X: np.ndarray | None = None
+    observed: np.ndarray | None = None
+
+
+def missing_patterns(X: Any, max_patterns: int = _MAX_PATTERNS) -> MissingPatterns:
+    """Group the rows of ``X`` by which entries are observed (not NaN).
+
+    Parameters
+    ----------
+    X : array-like of shape (n, d)
+    max_patterns : int, default=64
+        Above this many distinct patterns, keep the rows themselves.
+
+    Returns
+    -------
+    MissingPatterns
+
+    Examples
+    --------
+    >>> p = missing_patterns([[1.0, 2.0], [3.0, np.nan], [5.0, 6.0]])
+    >>> [c.tolist() for c in p.columns], [int(s.n) for s in p.stats]
+    ([[0, 1], [0]], [2, 1])
+    """
+    from bayespca.data import as_float_matrix
+
+    arr = as_float_matrix(X, name="X", allow_nan=True)
+    observed = ~np.isnan(arr)
+    keys, inverse = np.unique(observed, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    if len(keys) > max_patterns:
+        return MissingPatterns((), (), np.where(observed, arr, 0.0), observed)
+    columns, stats = [], []
+    for p in np.argsort(-np.bincount(inverse), kind="stable"):
+        cols = np.flatnonzero(keys[p])
+        if cols.size == 0:
+            continue  # a row with nothing observed carries no information
+        rows = arr[np.ix_(inverse == p, cols)]
+        mean = rows.mean(axis=0)
+        columns.append(cols)
+        stats.append(SufficientStatistics(rows.shape[0], mean, centred_scatter(rows, mean)))
+    return MissingPatterns(tuple(columns), tuple(stats))
+
+
+def power_of_two_scale(X: np.ndarray, observed: np.ndarray | None = None) -> float:
+    """A power of two near the root mean square of the centred (observed) entries of ``X``.
+
+    Computed without overflow or underflow for any finite data: ``X`` is
+    first brought to ``[-1, 1]`` by the power of two above its largest
+    magnitude. Constant data give 1 (nothing to scale).
+
+    Examples
+    --------
+    >>> power_of_two_scale(np.array([[0.0], [3e-200], [6e-200]])) == 2.0**-663  # rms 2.45e-200
+    True
+    """
+    values = X if observed is None else X[observed]
+    top = float(np.max(np.abs(values))) if values.size else 0.0
+    if top == 0.0:
+        return 1.0
+    coarse = math.ldexp(1.0, math.frexp(top)[1])
+    unit = X / coarse
+    if observed is None:
+        centred = unit - unit.mean(axis=0)
+    else:
+        counts = observed.sum(axis=0)
+        means = np.where(observed, unit, 0.0).sum(axis=0) / np.maximum(counts, 1)
+        centred = np.where(observed, unit - means, 0.0)
+    rms = math.sqrt(float(np.einsum("ij,ij->", centred, centred)) / max(values.size, 1))
+    if rms == 0.0:
+        return 1.0
+    return math.ldexp(coarse, round(math.log2(rms)))
+
+
+def check_representable(X: np.ndarray, observed: np.ndarray | None, scale: float, name: str = "X") -> None:
+    """Refuse data whose variances overflow or underflow float64 (a ``ValueError`` naming a column).
+
+    The fitted noise variances and covariances are in squared data units;
+    outside ``2^-505 .. 2^505`` (about 1e-152 to 1e152) in spread, they are
+    not representable, so no result in data units could be returned.
+    """
+    exponent = math.frexp(scale)[1] - 1
+    if -_MAX_LOG2_SPREAD <= exponent <= _MAX_LOG2_SPREAD:
+        return
+    values = np.abs(np.where(observed, X, 0.0) if observed is not None else X)
+    column = int(np.argmax(values.max(axis=0)))
+    raise ValueError(
+        f"{name} has a spread of about {scale:.3g} (e.g. column {column}); variances in these "
+        f"units are not representable in float64. Accepted: data whose centred spread lies between "
+        f"{math.ldexp(1.0, -_MAX_LOG2_SPREAD):.1e} and {math.ldexp(1.0, _MAX_LOG2_SPREAD):.1e}; "
+        f"rescale {name} (the fitted model of X / c is that of X, with loadings and means divided "
+        "by c and variances by c^2)."
+    )
+
+
+def log_scale_correction(n_observed: Any, scale: float) -> Any:
+    """What to add to a log-density in working units to get it in data units: ``-n_obs log(scale)``.
+
+    ``p_data(x) = p_working(x / s) / s^m`` for ``m`` observed entries.
+
+    Examples
+    --------
+    >>> float(log_scale_correction(3, 2.0)) == -3 * math.log(2.0)
+    True
+    """
+    return -np.asarray(n_observed, dtype=float) * math.log(scale)
+
+
+@dataclass(frozen=True, eq=False)
+class Prepared:
+    """Validated data in working units, with the statistics fitters consume.
+
+    Build it with :func:`prepare`. Statistics are computed on first use and
+    kept.
+
+    Attributes
+    ----------
+    X : ndarray of shape (n, d)
+        The rows in working units ``X_data / scale``; NaN marks a missing
+        entry.
+    missing : ndarray of bool (n, d) or None
+        True where an entry is missing; None when nothing is.
+    scale : float
+        A power of two: data units = ``scale`` x working units.
+    feature_names : ndarray of str or None
+    """
+
+    X: np.ndarray
+    missing: np.ndarray | None
+    scale: float = 1.0
+    feature_names: np.ndarray | None = None
+
+    @property
+    def n(self) -> int:
+        """Number of rows."""
+        return int(self.X.shape[0])
+
+    @property
+    def d(self) -> int:
+        """Number of features."""
+        return int(self.X.shape[1])
+
+    @property
+    def observed(self) -> np.ndarray | None:
+        """Mask of observed entries, or None when nothing is missing."""
+        return None if self.missing is None else ~self.missing
+
+    @cached_property
+    def n_observed(self) -> np.ndarray:
+        """Observed entries per column, shape (d,)."""
+        if self.missing is None:
+            return np.full(self.d, self.n)
+        return self.n - self.missing.sum(axis=0)
+
+    @cached_property
+    def mean(self) -> np.ndarray:
+        """Column means of the observed entries, shape (d,)."""
+        if self.missing is None:
+            return self.X.mean(axis=0)
+        return np.where(self.missing, 0.0, self.X).sum(axis=0) / self.n_observed
+
+    @cached_property
+    def variances(self) -> np.ndarray:
+        """Column variances of the observed entries (denominator: observed count), shape (d,)."""
+        centred = self.X - self.mean
+        if self.missing is not None:
+            centred = np.where(self.missing, 0.0, centred)
+        return np.einsum("ij,ij->j", centred, centred) / self.n_observed
+
+    @cached_property
+    def stats(self) -> SufficientStatistics:
+        """``(n, mean, scatter)`` of complete data (a ``ValueError`` with missing values)."""
+        if self.missing is not None:
+            raise ValueError(
+                "The data have missing values: their likelihood does not reduce to one scatter "
+                "matrix (use Prepared.patterns)."
+            )
+        return SufficientStatistics(self.n, self.mean, centred_scatter(self.X, self.mean))
+
+    @cached_property
+    def patterns(self) -> MissingPatterns:
+        """Per-pattern statistics (:func:`missing_patterns`); one pattern for complete data."""
+        if self.missing is None:
+            return MissingPatterns((np.arange(self.d),), (self.stats,))
+        return missing_patterns(self.X)
+
+    @property
+    def total_observed(self) -> int:
+        """Number of observed entries."""
+        return int(self.n_observed.sum())
+
+    def to_data_units(self, loadings=None, noise=None, mean=None):
+        """Map working-unit ``W`` (x scale), noise variances (x scale^2) and ``mu`` (x scale) back.
+
+        Any argument may be None (returned as None); leading batch axes are kept.
+        """
+        s = self.scale
+        return (
+            None if loadings is None else np.asarray(loadings) * s,
+            None if noise is None else np.asarray(noise) * s**2,
+            None if mean is None else np.asarray(mean) * s,
+        )
+
+
+def prepare(estimator: Any, X: Any, *, allow_nan: bool = True, min_samples: int = 2) -> Prepared:
+    """Validate training data once and bring it to working units.
+
+    Validation is :func:`bayespca.data.validate_fit` (it records
+    ``n_features_in_`` and ``feature_names_in_`` on ``estimator``); then
+    the power-of-two ``scale`` of :func:`power_of_two_scale` is divided
+    out, after :func:`check_representable`.
+
+    Parameters
+    ----------
+    estimator : object
+        The estimator being fitted.
+    X : array-like of shape (n_samples, n_features)
+    allow_nan : bool, default=True
+        Whether NaN marks a missing value.
+    min_samples : int, default=2
+
+    Returns
+    -------
+    Prepared
+
+    Examples
+    --------
+    >>> from bayespca import PPCA
+    >>> p = prepare(PPCA(), [[1e-140, 3e-140], [2e-140, 1e-140], [4e-140, 2e-140]])
+    >>> bool(0.5 <= np.sqrt(p.variances.mean()) <= 2), p.scale == 2.0 ** round(np.log2(p.scale))
+    (True, True)
+    """
+    from bayespca.data import validate_fit
+
+    data = validate_fit(estimator, X, allow_nan=allow_nan, min_samples=min_samples)
+    arr, missing = data
+    observed = None if missing is None else ~missing
+    scale = power_of_two_scale(arr, observed)
+    check_representable(arr, observed, scale)
+    working = arr if scale == 1.0 else arr / scale
+    return Prepared(working, missing, scale, getattr(estimator, "feature_names_in_", None))

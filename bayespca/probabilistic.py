@@ -21,7 +21,9 @@ from bayespca import gaussian
 from bayespca.data import as_float_matrix, check_is_fitted, validate_fit, validate_transform
 from bayespca.gaussian import LatentPosterior, LowRankGaussian
 
-__all__ = ["FactorAnalysis", "PPCA"]
+__all__ = ["FactorAnalysis", "PPCA", "default_candidates", "ledermann_bound", "max_components"]
+
+MODELS = ("ppca", "fa")
 
 ROTATIONS = ("varimax", "quartimax", "promax", "oblimin")
 # Equal-tailed posterior interval behind loadings_interval_ and support_.
@@ -40,6 +42,66 @@ def _jax_key(random_state) -> jax.Array:
         seed = np.random.default_rng(random_state).integers(2**63)
         return jax.random.key(int(seed))
     raise TypeError(f"random_state must be None, an int or a numpy.random.Generator; got {random_state!r}.")
+
+
+def ledermann_bound(n_features: int) -> int:
+    """Largest number of factors ``k`` with ``(d - k)^2 >= d + k`` (Ledermann, 1937).
+
+    Above it the factor model ``W W^T + diag(psi)`` has more free parameters
+    (``d k - k (k - 1) / 2 + d``) than the covariance has entries
+    (``d (d + 1) / 2``): the loadings are then not identified even up to
+    rotation. R's ``factanal`` refuses such ``k``.
+
+    Examples
+    --------
+    >>> [ledermann_bound(d) for d in (3, 4, 6, 13, 30)]
+    [1, 1, 3, 8, 22]
+    """
+    d = int(n_features)
+    return max(k for k in range(d) if (d - k) ** 2 >= d + k)
+
+
+def max_components(model: str, n_features: int) -> int:
+    """The largest ``n_components`` a model accepts on ``n_features`` features (one rule everywhere).
+
+    pPCA: ``d`` (at ``k = d`` it is the saturated Gaussian ``N(mu, C)``, its
+    ML noise variance held at the floor). Factor analysis: ``d - 1``; above
+    :func:`ledermann_bound` the fit warns that the loadings are not
+    identified. :class:`PPCA`, :class:`FactorAnalysis`,
+    :func:`bayespca.compare_n_components` and the command line use this.
+
+    Examples
+    --------
+    >>> max_components("ppca", 4), max_components("fa", 4)
+    (4, 3)
+    """
+    from bayespca.params import check_choice
+
+    check_choice(model, "model", MODELS)
+    if model == "fa" and n_features < 2:
+        raise ValueError(
+            "FactorAnalysis needs at least 2 features (n_features = 1): one feature is "
+            "explained entirely by its own noise variance."
+        )
+    return int(n_features) if model == "ppca" else int(n_features) - 1
+
+
+def default_candidates(model: str, n_features: int, largest: int = 6) -> list[int]:
+    """Numbers of components compared by default: ``1 .. min(largest, limit)``.
+
+    The limit is :func:`max_components` for pPCA and :func:`ledermann_bound`
+    for factor analysis (at least 1), so the default never asks for a model
+    the data cannot identify.
+
+    Examples
+    --------
+    >>> default_candidates("ppca", 4), default_candidates("fa", 4), default_candidates("fa", 30)
+    ([1, 2, 3, 4], [1], [1, 2, 3, 4, 5, 6])
+    """
+    limit = max_components(model, n_features)
+    if model == "fa":
+        limit = max(1, min(limit, ledermann_bound(n_features)))
+    return list(range(1, min(largest, limit) + 1))
 
 
 class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):

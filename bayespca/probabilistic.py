@@ -18,8 +18,10 @@ import pandas as pd
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
 from bayespca import gaussian
-from bayespca.data import as_float_matrix, check_is_fitted, validate_fit, validate_transform
+from bayespca.data import as_float_matrix, check_is_fitted, validate_transform
 from bayespca.gaussian import LatentPosterior, LowRankGaussian
+from bayespca.inference.contract import ModelSpec
+from bayespca.statistics import prepare
 
 __all__ = ["FactorAnalysis", "PPCA", "default_candidates", "ledermann_bound", "max_components"]
 
@@ -149,8 +151,8 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         return int(k), method
 
     def _fit_gaussian(self, X, y=None):
-        data = validate_fit(self, X, allow_nan=True)
-        X, missing = data
+        prepared = prepare(X, estimator=self)
+        X, missing = prepared.X * prepared.scale, prepared.missing
         n, d = X.shape
         k, method = self._check_common(n, d, missing)
         from bayespca.models import _is_horseshoe  # lazily: numpyro is slow to import
@@ -162,22 +164,27 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         self.nuts_ = None
         for name in _SPARSITY_ATTRIBUTES:
             self.__dict__.pop(name, None)
+        spec = ModelSpec(self._noise, k, self.prior, self.identification)
         options = {}
         if self.tol is not None:
             options["tol"] = float(self.tol)
         if method == "closed_form":
             from bayespca.inference.closed_form import ppca_closed_form
 
-            fit = ppca_closed_form(X, k, floor=self.noise_floor, mean=data.column_sums / n)
-            g, ll, trace, n_iter, converged = fit[:5]
+            fit = ppca_closed_form(prepared, spec, floor=self.noise_floor)
+            g, ll, trace, n_iter, converged = (
+                fit.gaussian, fit.log_likelihood, fit.trace, fit.n_iter, fit.converged
+            )
             at_floor = fit.at_floor
         elif method == "em":
             from bayespca.inference.em import fit_em
 
             if self.max_iter is not None:
                 options["max_iter"] = int(self.max_iter)
-            fit = fit_em(X, k, noise=self._noise, floor=self.noise_floor, **options)
-            g, ll, trace, n_iter, converged = fit[:5]
+            fit = fit_em(prepared, spec, floor=self.noise_floor, **options)
+            g, ll, trace, n_iter, converged = (
+                fit.gaussian, fit.log_likelihood, fit.trace, fit.n_iter, fit.converged
+            )
             at_floor = fit.at_floor
         elif method == "nuts":
             g, ll, trace, n_iter, converged = self._fit_nuts(X, k, missing)

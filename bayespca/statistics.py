@@ -313,21 +313,22 @@ class Prepared:
         )
 
 
-def prepare(estimator: Any, X: Any, *, allow_nan: bool = True, min_samples: int = 2) -> Prepared:
+def prepare(X: Any, *, estimator: Any = None, allow_nan: bool = True, min_samples: int = 2) -> Prepared:
     """Validate training data once and bring it to working units.
 
-    Validation is :func:`bayespca.data.validate_fit` (it records
-    ``n_features_in_`` and ``feature_names_in_`` on ``estimator``); then
-    the power-of-two ``scale`` of :func:`power_of_two_scale` is divided
-    out, after :func:`check_representable`.
+    Validation is :func:`bayespca.data.validate_fit` (with an ``estimator``
+    it records ``n_features_in_`` and ``feature_names_in_`` on it); then the
+    power-of-two ``scale`` of :func:`power_of_two_scale` is divided out,
+    after :func:`check_representable`.
 
     Parameters
     ----------
-    estimator : object
-        The estimator being fitted.
     X : array-like of shape (n_samples, n_features)
+        NaN marks a missing value (when ``allow_nan``).
+    estimator : object, optional
+        The estimator being fitted (named in messages, given the fitted
+        feature attributes).
     allow_nan : bool, default=True
-        Whether NaN marks a missing value.
     min_samples : int, default=2
 
     Returns
@@ -336,17 +337,18 @@ def prepare(estimator: Any, X: Any, *, allow_nan: bool = True, min_samples: int 
 
     Examples
     --------
-    >>> from bayespca import PPCA
-    >>> p = prepare(PPCA(), [[1e-140, 3e-140], [2e-140, 1e-140], [4e-140, 2e-140]])
+    >>> p = prepare([[1e-140, 3e-140], [2e-140, 1e-140], [4e-140, 2e-140]])
     >>> bool(0.5 <= np.sqrt(p.variances.mean()) <= 2), p.scale == 2.0 ** round(np.log2(p.scale))
     (True, True)
     """
     from bayespca.data import validate_fit
 
-    data = validate_fit(estimator, X, allow_nan=allow_nan, min_samples=min_samples)
+    # Without an estimator, messages name the activity ("Fitting needs at least 2 samples").
+    target = estimator if estimator is not None else type("Fitting", (), {})()
+    data = validate_fit(target, X, allow_nan=allow_nan, min_samples=min_samples)
     arr, missing = data
     observed = None if missing is None else ~missing
     scale = power_of_two_scale(arr, observed)
     check_representable(arr, observed, scale)
     working = arr if scale == 1.0 else arr / scale
-    return Prepared(working, missing, scale, getattr(estimator, "feature_names_in_", None))
+    return Prepared(working, missing, scale, getattr(target, "feature_names_in_", None))

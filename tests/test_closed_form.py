@@ -7,6 +7,8 @@ from sklearn.decomposition import PCA as SkPCA
 
 from bayespca.gaussian import LowRankGaussian, log_prob
 from bayespca.inference.closed_form import noise_floor, ppca_closed_form
+from bayespca.inference.contract import ModelSpec
+from bayespca.statistics import prepare
 
 
 def _low_rank(n, d, k, noise=0.5, seed=0):
@@ -31,7 +33,7 @@ def _tipping_bishop(X, k):
 def test_log_likelihood_equals_tipping_bishop_formula_and_scipy(shape, k):
     n, d = shape
     X = _low_rank(n, d, 3)
-    fit = ppca_closed_form(X, k)
+    fit = ppca_closed_form(prepare(X), ModelSpec("isotropic", k))
     ll_ref, sigma2_ref, lam = _tipping_bishop(X, k)
     # With n < d, sigma^2 averages all d - k discarded eigenvalues, zeros included.
     assert fit.gaussian.noise[0] == pytest.approx(sigma2_ref, rel=1e-9)
@@ -56,7 +58,7 @@ def test_equals_sklearn_pca_score_after_n_minus_1_correction():
     w_sk = sk.components_.T * np.sqrt(sk.explained_variance_ - sk.noise_variance_)
     g_sk = LowRankGaussian(w_sk, np.full(10, sk.noise_variance_), sk.mean_)
     assert float(np.sum(log_prob(g_sk, X))) == pytest.approx(sk.score(X) * n, rel=1e-12)
-    fit = ppca_closed_form(X, 3)
+    fit = ppca_closed_form(prepare(X), ModelSpec("isotropic", 3))
     # Rescaling scikit-learn's eigenvalues by (n - 1) / n gives the ML fit exactly.
     assert fit.gaussian.noise[0] == pytest.approx(sk.noise_variance_ * (n - 1) / n, rel=1e-10)
     np.testing.assert_allclose(
@@ -72,7 +74,7 @@ def test_equals_sklearn_pca_score_after_n_minus_1_correction():
 
 def test_loadings_orientation_matches_pca_axes():
     X = _low_rank(300, 10, 3)
-    fit = ppca_closed_form(X, 3)
+    fit = ppca_closed_form(prepare(X), ModelSpec("isotropic", 3))
     sk = SkPCA(3, svd_solver="full").fit(X)
     axes = fit.gaussian.loadings / np.linalg.norm(fit.gaussian.loadings, axis=0)
     # Same axes up to sign, and each column's largest-magnitude entry positive.
@@ -84,7 +86,7 @@ def test_loadings_orientation_matches_pca_axes():
 def test_k_equal_d_holds_sigma2_at_floor_and_stays_finite():
     X = _low_rank(50, 4, 2)
     with pytest.warns(UserWarning, match="lower bound"):
-        fit = ppca_closed_form(X, 4)
+        fit = ppca_closed_form(prepare(X), ModelSpec("isotropic", 4))
     bound = noise_floor(np.array([X.var(axis=0).mean()]), 1e-10)[0]
     assert fit.gaussian.noise[0] == pytest.approx(bound)
     assert fit.at_floor.all()
@@ -97,7 +99,7 @@ def test_k_equal_d_holds_sigma2_at_floor_and_stays_finite():
 def test_k_above_rank_pads_zero_loadings():
     X = _low_rank(5, 12, 2)  # rank of the centred data is 4
     with pytest.warns(UserWarning, match="lower bound"):
-        fit = ppca_closed_form(X, 6)
+        fit = ppca_closed_form(prepare(X), ModelSpec("isotropic", 6))
     norms = np.linalg.norm(fit.gaussian.loadings, axis=0)
     assert np.all(norms[:4] > 0)
     np.testing.assert_array_equal(norms[4:], 0.0)
@@ -107,4 +109,4 @@ def test_k_above_rank_pads_zero_loadings():
 def test_bad_n_components(k):
     accepted = "n_components must be an int in \\[1, 12\\]"
     with pytest.raises((ValueError, TypeError), match=accepted):
-        ppca_closed_form(_low_rank(20, 12, 2), k)
+        ppca_closed_form(prepare(_low_rank(20, 12, 2)), ModelSpec("isotropic", k))

@@ -11,7 +11,9 @@ from sklearn.exceptions import ConvergenceWarning
 
 from bayespca.gaussian import LowRankGaussian, log_prob
 from bayespca.inference.closed_form import ppca_closed_form
+from bayespca.inference.contract import ModelSpec
 from bayespca.inference.em import _complete_step, _missing_step, fit_em
+from bayespca.statistics import prepare
 
 
 def _fa_data(n=400, d=8, k=2, seed=0, offset=3.0):
@@ -36,8 +38,11 @@ def _cov(g):
 @pytest.mark.parametrize("accelerate", [True, False])
 def test_ppca_em_from_random_start_reaches_closed_form(form, accelerate):
     X, _, _ = _fa_data(d=10, k=3)  # three well-separated eigenvalues
-    ref = ppca_closed_form(X, 3)
-    fit = fit_em(X, 3, init=_random_init(10, 3), form=form, accelerate=accelerate, tol=1e-13)
+    ref = ppca_closed_form(prepare(X), ModelSpec("isotropic", 3))
+    fit = fit_em(
+        prepare(X), ModelSpec("isotropic", 3), init=_random_init(10, 3), form=form,
+        accelerate=accelerate, tol=1e-13,
+    )
     assert fit.converged
     assert fit.log_likelihood == pytest.approx(ref.log_likelihood, rel=1e-10)
     # Same W, not only the same W W^T: EM's W is rotated to the principal axes.
@@ -48,28 +53,28 @@ def test_ppca_em_from_random_start_reaches_closed_form(form, accelerate):
     np.testing.assert_allclose(fit.gaussian.loadings, w_ref, atol=1e-5 * np.abs(w_ref).max())
     c_ref = _cov(ref.gaussian)
     np.testing.assert_allclose(_cov(fit.gaussian), c_ref, atol=1e-5 * np.abs(c_ref).max())
-    assert np.all(np.diff(fit.loglike_trace) >= 0)
-    assert fit.loglike_trace[-1] == fit.log_likelihood
+    assert np.all(np.diff(fit.trace) >= 0)
+    assert fit.trace[-1] == fit.log_likelihood
 
 
 def test_fa_em_equals_sklearn_at_convergence():
     X, _, _ = _fa_data()
     n = X.shape[0]
     sk = SkFA(2, tol=1e-12, max_iter=100_000, svd_method="lapack").fit(X)
-    fit = fit_em(X, 2, noise="diagonal", tol=0)
+    fit = fit_em(prepare(X), ModelSpec("diagonal", 2), tol=0)
     assert fit.log_likelihood == pytest.approx(sk.score(X) * n, rel=1e-10)
     assert fit.log_likelihood >= sk.score(X) * n - 1e-8
     np.testing.assert_allclose(fit.gaussian.noise, sk.noise_variance_, rtol=1e-5)
     np.testing.assert_allclose(_cov(fit.gaussian), sk.get_covariance(), atol=1e-6)
     # Unrotated loadings in the same orientation as scikit-learn's (up to sign).
     np.testing.assert_allclose(np.abs(fit.gaussian.loadings), np.abs(sk.components_.T), atol=1e-4)
-    assert np.all(np.diff(fit.loglike_trace) >= 0)
+    assert np.all(np.diff(fit.trace) >= 0)
 
 
 @pytest.mark.parametrize("form", ["scatter", "data"])
 def test_fa_stationarity_diag_c_equals_diag_s(form):
     X, _, _ = _fa_data(seed=2)
-    fit = fit_em(X, 2, noise="diagonal", tol=0, form=form)
+    fit = fit_em(prepare(X), ModelSpec("diagonal", 2), tol=0, form=form)
     np.testing.assert_allclose(np.diag(_cov(fit.gaussian)), X.var(axis=0), rtol=1e-6)
     # Stationary point of the likelihood: autodiff gradient of an independent
     # evaluation (per-row log-density) vanishes in W and log psi.
@@ -122,9 +127,9 @@ def _missing_data(noise, frac, seed=0, n=600, d=15, k=3, sigma=0.2):
 @pytest.mark.parametrize("frac", [0.1, 0.3])
 def test_missing_values_recover_subspace_and_impute(noise, frac):
     X, Xm, hidden, W, psi = _missing_data(noise, frac)
-    fit = fit_em(Xm, 3, noise=noise)
+    fit = fit_em(prepare(Xm), ModelSpec(noise, 3))
     assert fit.converged
-    assert np.all(np.diff(fit.loglike_trace) >= 0)
+    assert np.all(np.diff(fit.trace) >= 0)
     angles = scipy.linalg.subspace_angles(fit.gaussian.loadings, W)
     assert np.max(angles) < 0.05
     # Reported log-likelihood = sum over rows of the observed-block density (SciPy).
@@ -152,7 +157,7 @@ def test_missing_values_recover_subspace_and_impute(noise, frac):
 @pytest.mark.parametrize("noise", ["isotropic", "diagonal"])
 def test_missing_value_em_is_a_stationary_point(noise):
     _, Xm, hidden, _, _ = _missing_data(noise, 0.2, seed=4, n=300, d=8, k=2)
-    fit = fit_em(Xm, 2, noise=noise, tol=0)
+    fit = fit_em(prepare(Xm), ModelSpec(noise, 2), tol=0)
     obs = ~hidden
     x0 = np.nan_to_num(Xm)
     w, psi, mu = (jnp.asarray(a) for a in fit.gaussian)
@@ -172,7 +177,7 @@ def test_missing_value_em_is_a_stationary_point(noise):
 def test_convergence_warning_when_max_iter_reached():
     X, _, _ = _fa_data()
     with pytest.warns(ConvergenceWarning, match="max_iter=2"):
-        fit = fit_em(X, 2, noise="diagonal", max_iter=2, init=_random_init(8, 2))
+        fit = fit_em(prepare(X), ModelSpec("diagonal", 2), max_iter=2, init=_random_init(8, 2))
     assert not fit.converged
     assert fit.n_iter == 2
 
@@ -181,19 +186,19 @@ def test_heywood_case_is_floored_and_reported():
     X, _, _ = _fa_data(seed=5)
     X = np.column_stack([X, X[:, 0]])  # a duplicated column: psi -> 0 for both copies
     with pytest.warns(UserWarning, match="Heywood"):
-        fit = fit_em(X, 2, noise="diagonal")
+        fit = fit_em(prepare(X), ModelSpec("diagonal", 2))
     assert fit.at_floor[0] and fit.at_floor[-1]
     assert np.all(np.isfinite(fit.gaussian.loadings)) and np.isfinite(fit.log_likelihood)
     floored = fit.at_floor
     np.testing.assert_allclose(fit.gaussian.noise[floored], 1e-6 * X.var(axis=0)[floored])
-    assert np.all(np.diff(fit.loglike_trace) >= 0)
+    assert np.all(np.diff(fit.trace) >= 0)
 
 
 def test_constant_column_is_finite():
     X, _, _ = _fa_data(seed=6)
     X[:, 3] = 7.0
     with pytest.warns(UserWarning, match="lower bound"):
-        fit = fit_em(X, 2, noise="diagonal")
+        fit = fit_em(prepare(X), ModelSpec("diagonal", 2))
     assert fit.at_floor[3]
     np.testing.assert_allclose(fit.gaussian.loadings[3], 0.0, atol=1e-12)
     assert np.isfinite(fit.log_likelihood)
@@ -202,7 +207,7 @@ def test_constant_column_is_finite():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"noise": "spherical"}, "noise must be one of"),
+        ({"spec": ModelSpec("spherical", 2)}, "noise must be one of"),
         ({"form": "dense"}, "form must be one of"),
         ({"tol": -1.0}, "tol must be"),
         ({"max_iter": 0}, "max_iter must be"),
@@ -212,5 +217,6 @@ def test_constant_column_is_finite():
 )
 def test_bad_arguments(kwargs, match):
     X, _, _ = _fa_data()
+    spec = kwargs.pop("spec", ModelSpec("isotropic", 2))
     with pytest.raises(ValueError, match=match):
-        fit_em(X, 2, **kwargs)
+        fit_em(prepare(X), spec, **kwargs)

@@ -8,6 +8,7 @@ import numpyro.distributions as dist
 import pytest
 
 from bayespca.gaussian import LowRankGaussian
+from bayespca.inference.contract import ModelSpec
 from bayespca.inference.nuts import (
     NUTSFit,
     SamplingWarning,
@@ -16,6 +17,7 @@ from bayespca.inference.nuts import (
     marginal_log_likelihood,
     missing_patterns,
 )
+from bayespca.statistics import prepare
 
 
 def _data(n, d, k, noise_sd, seed=0):
@@ -52,7 +54,7 @@ def test_start_maps_back_to_the_ml_loadings(identification):
     from bayespca.inference.nuts import _Parameterisation
 
     X, _ = _data(300, 6, 3, 0.5, seed=2)
-    ml = ppca_closed_form(X, 3).gaussian
+    ml = ppca_closed_form(prepare(X), ModelSpec("isotropic", 3)).gaussian
     w = np.asarray(ml.loadings)
     par = _Parameterisation(6, 3, "isotropic", identification, X.mean(0), np.eye(6))
     back = par.constrain(par.unconstrain(w, np.asarray(ml.noise), np.asarray(ml.mean)))
@@ -169,7 +171,7 @@ def test_procrustes_aligned_loadings_converge_to_the_ml_solution(ppca_fit):
     for series in np.moveaxis(draws.reshape(4, 300, -1), -1, 0):
         assert az.rhat(series) < 1.01
     # n = 400: the posterior mean sits within a fraction of a posterior sd of the ML fit.
-    ml = np.asarray(ppca_closed_form(X, 2).gaussian.loadings)
+    ml = np.asarray(ppca_closed_form(prepare(X), ModelSpec("isotropic", 2)).gaussian.loadings)
     sd = draws.std((0, 1))
     assert np.max(np.abs(draws.mean((0, 1)) - ml) / sd) < 1.0
     # Same likelihood, a different parameterisation: the rotation-invariant posterior agrees with polar's.

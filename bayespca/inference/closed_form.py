@@ -35,46 +35,18 @@ from __future__ import annotations
 
 import numbers
 import warnings
-from typing import NamedTuple
 
 import numpy as np
 
 from bayespca.gaussian import LowRankGaussian
+from bayespca.inference.contract import Fit, ModelSpec
 from bayespca.linalg import svd_covariance, svd_full, svd_gram
 from bayespca.pca import choose_solver
+from bayespca.statistics import Prepared
 
-__all__ = ["MLFit", "noise_floor", "ppca_closed_form"]
+__all__ = ["noise_floor", "ppca_closed_form"]
 
 _LOG_2PI = np.log(2.0 * np.pi)
-
-
-class MLFit(NamedTuple):
-    """A maximum-likelihood fit of the low-rank-plus-diagonal Gaussian.
-
-    Attributes
-    ----------
-    gaussian : LowRankGaussian
-        The fitted ``(W, psi, mu)``, NumPy arrays, ``W`` in canonical
-        orientation (:func:`bayespca.gaussian.canonical_loadings`).
-    log_likelihood : float
-        Total log-likelihood of the training data at ``gaussian``.
-    loglike_trace : ndarray of shape (n_evaluations,)
-        Log-likelihood at each iterate whose value was computed (one entry
-        for the closed form); non-decreasing.
-    n_iter : int
-        Number of EM updates (1 for the closed form: one eigendecomposition).
-    converged : bool
-    at_floor : ndarray of bool, shape (d,)
-        Features whose noise variance sits at the lower bound (a Heywood
-        case for factor analysis; all or none for pPCA).
-    """
-
-    gaussian: LowRankGaussian
-    log_likelihood: float
-    loglike_trace: np.ndarray
-    n_iter: int
-    converged: bool
-    at_floor: np.ndarray
 
 
 def noise_floor(variances: np.ndarray, relative: float) -> np.ndarray:
@@ -113,29 +85,27 @@ def check_n_components(n_components, upper: int, what: str) -> int:
     return int(n_components)
 
 
-def ppca_closed_form(
-    X: np.ndarray, n_components: int, *, floor: float = 1e-10, mean: np.ndarray | None = None
-) -> MLFit:
+def ppca_closed_form(prepared: Prepared, spec: ModelSpec, *, floor: float = 1e-10) -> Fit:
     """Maximum-likelihood probabilistic PCA in closed form (complete data).
 
     Parameters
     ----------
-    X : ndarray of shape (n, d)
-        Complete data (no NaN).
-    n_components : int
-        ``k`` in ``[1, d]``. With ``k = d`` (or ``k >= rank``) the ML noise
-        variance is 0 and is held at the floor.
+    prepared : Prepared
+        Complete data (no NaN), from :func:`bayespca.statistics.prepare`.
+    spec : ModelSpec
+        ``noise="isotropic"``; ``n_components`` ``k`` in ``[1, d]``. With
+        ``k = d`` (or ``k >= rank``) the ML noise variance is 0 and is held
+        at the floor.
     floor : float, default=1e-10
         Lower bound on ``sigma^2`` relative to the mean feature variance
         (:func:`noise_floor`).
-    mean : ndarray of shape (d,), optional
-        Column means when the caller already has them (saves a pass over X).
 
     Returns
     -------
-    MLFit
-        ``W`` has orthogonal columns of decreasing norm; ``at_floor`` is True
-        everywhere when ``sigma^2`` was raised to the floor.
+    Fit
+        In data units. ``W`` has orthogonal columns of decreasing norm;
+        ``at_floor`` is True everywhere when ``sigma^2`` was raised to the
+        floor.
 
     Notes
     -----
@@ -151,13 +121,20 @@ def ppca_closed_form(
     >>> rng = np.random.default_rng(0)
     >>> X = rng.standard_normal((500, 2)) @ [[3.0, 0, 0, 0], [0, 2.0, 0, 0]]
     >>> X = X + 0.5 * rng.standard_normal((500, 4))
-    >>> fit = ppca_closed_form(X, 2)
+    >>> from bayespca.statistics import prepare
+    >>> fit = ppca_closed_form(prepare(X), ModelSpec("isotropic", 2))
     >>> round(float(fit.gaussian.noise[0]), 3)  # the data have noise variance 0.25
     0.264
     """
+    if spec.noise != "isotropic" or prepared.missing is not None:
+        raise ValueError(
+            "The closed form is pPCA of complete data (noise='isotropic', no NaN); got "
+            f"noise={spec.noise!r} and {0 if prepared.missing is None else int(prepared.missing.sum())} "
+            "missing entries: use EM."
+        )
+    X, mean = prepared.X, prepared.mean
     n, d = X.shape
-    k = check_n_components(n_components, d, "n_features")
-    mean = X.mean(axis=0) if mean is None else mean
+    k = check_n_components(spec.n_components, d, "n_features")
     rank_max = min(n, d)
     r = min(k, rank_max)
     solver = choose_solver(n, d, None)
@@ -191,10 +168,11 @@ def ppca_closed_form(
     if at_floor:
         warnings.warn(
             f"The ML noise variance is 0 (n_components = {k} >= rank of the centred data); "
-            f"sigma^2 is held at its lower bound {sigma2:.3g} "
+            f"sigma^2 is held at its lower bound {sigma2 * prepared.scale**2:.3g} "
             f"({floor:g} x mean feature variance).",
             UserWarning,
             stacklevel=2,
         )
     g = LowRankGaussian(loadings, np.full(d, sigma2), mean)
-    return MLFit(g, float(loglike), np.array([loglike]), 1, True, np.full(d, at_floor))
+    fit = Fit(g, float(loglike), "closed_form", 1, True, np.array([loglike]), np.full(d, at_floor))
+    return fit.to_data_units(prepared.scale, prepared.total_observed)

@@ -76,12 +76,13 @@ from bayespca.gaussian import (
     canonical_loadings,
     capacitance_cholesky,
 )
-from bayespca.inference.closed_form import MLFit, check_n_components, noise_floor
+from bayespca.inference.closed_form import check_n_components, noise_floor
+from bayespca.inference.contract import NOISE_KINDS, Fit, ModelSpec
 from bayespca.linalg import eigh_top, svd_full, svd_randomized
+from bayespca.statistics import Prepared
 
 __all__ = ["fit_em"]
 
-NOISE = ("isotropic", "diagonal")
 FORMS = ("auto", "scatter", "data")
 DEFAULT_FLOOR = {"isotropic": 1e-10, "diagonal": 1e-6}
 DEFAULT_TOL = {False: 1e-10, True: 1e-8}  # keyed by "has missing values"
@@ -273,29 +274,26 @@ def _check_init(init, d, k):
 
 # --------------------------------------------------------------- driver
 def fit_em(
-    X: np.ndarray,
-    n_components: int,
+    prepared: Prepared,
+    spec: ModelSpec,
     *,
-    noise: str = "isotropic",
     tol: float | None = None,
     max_iter: int = 10_000,
     floor: float | None = None,
     form: str = "auto",
     accelerate: bool = True,
     init: LowRankGaussian | None = None,
-) -> MLFit:
+) -> Fit:
     """Maximum likelihood for pPCA or factor analysis by EM, with NaN as missing values.
 
     Parameters
     ----------
-    X : ndarray of shape (n, d)
-        Data; NaN marks a missing entry (missing at random). A feature must
-        have at least one observed value.
-    n_components : int
-        ``k`` in ``[1, d]``.
-    noise : {"isotropic", "diagonal"}, default="isotropic"
-        ``"isotropic"``: pPCA (``Psi = sigma^2 I``); ``"diagonal"``: factor
-        analysis.
+    prepared : Prepared
+        Data (:func:`bayespca.statistics.prepare`); NaN marks a missing entry
+        (missing at random). A feature must have at least one observed value.
+    spec : ModelSpec
+        ``noise``: ``"isotropic"`` for pPCA (``Psi = sigma^2 I``),
+        ``"diagonal"`` for factor analysis; ``n_components`` ``k`` in ``[1, d]``.
     tol : float or None, default=None
         Stop when the estimated log-likelihood gain still to come is at most
         ``tol * |log-likelihood|``: the gain ``G`` of the last 5 iterations
@@ -317,13 +315,13 @@ def fit_em(
     accelerate : bool, default=True
         SQUAREM extrapolation (monotone; see the module notes).
     init : LowRankGaussian or None
-        Starting parameters; by default the closed-form pPCA solution of the
-        (mean-imputed; for FA standardised) data.
+        Starting parameters in data units; by default the closed-form pPCA
+        solution of the (mean-imputed; for FA standardised) data.
 
     Returns
     -------
-    MLFit
-        ``W`` in canonical orientation
+    Fit
+        In data units; ``W`` in canonical orientation
         (:func:`bayespca.gaussian.canonical_loadings`).
 
     Warns
@@ -338,23 +336,25 @@ def fit_em(
     >>> rng = np.random.default_rng(0)
     >>> X = rng.standard_normal((300, 2)) @ rng.standard_normal((2, 5))
     >>> X = X + rng.standard_normal((300, 5)) * [0.3, 0.5, 0.4, 0.6, 0.2]
-    >>> fit = fit_em(X, 2, noise="diagonal")
+    >>> from bayespca.statistics import prepare
+    >>> fit = fit_em(prepare(X), ModelSpec("diagonal", 2))
     >>> w, psi = fit.gaussian.loadings, fit.gaussian.noise
     >>> diag_c = np.sum(w**2, axis=1) + psi
     >>> bool(fit.converged), bool(np.allclose(diag_c, X.var(axis=0), rtol=1e-2))
     (True, True)
     """
-    if noise not in NOISE:
-        raise ValueError(f"noise must be one of {list(NOISE)}; got {noise!r}.")
+    noise = spec.noise
+    if noise not in NOISE_KINDS:
+        raise ValueError(f"noise must be one of {list(NOISE_KINDS)}; got {noise!r}.")
     if form not in FORMS:
         raise ValueError(f"form must be one of {list(FORMS)}; got {form!r}.")
     if tol is not None and not (np.isscalar(tol) and tol >= 0):
         raise ValueError(f"tol must be None or a float >= 0; got {tol!r}.")
     if isinstance(max_iter, bool) or not isinstance(max_iter, int | np.integer) or max_iter < 1:
         raise ValueError(f"max_iter must be an int >= 1; got {max_iter!r}.")
-    X = np.asarray(X, dtype=float)
+    X = prepared.X
     n, d = X.shape
-    k = check_n_components(n_components, d, "n_features")
+    k = check_n_components(spec.n_components, d, "n_features")
     isotropic = noise == "isotropic"
     rel_floor = DEFAULT_FLOOR[noise] if floor is None else float(floor)
     if not rel_floor > 0:
@@ -404,6 +404,7 @@ def fit_em(
         mu0 = np.zeros(d)
     else:
         w0, psi0, mu0 = _check_init(init, d, k)
+        w0, psi0, mu0 = w0 / prepared.scale, psi0 / prepared.scale**2, mu0 / prepared.scale
         mu0 = mu0 - centre
         psi0 = np.full(d, psi0.mean()) if isotropic else psi0
         psi0 = np.maximum(psi0, floor_vec)
@@ -435,4 +436,5 @@ def fit_em(
         warnings.warn(
             f"{what}; floor = {rel_floor:g} x feature variance.", UserWarning, stacklevel=2
         )
-    return MLFit(g, ll, trace, n_maps, converged, at_floor)
+    fit = Fit(g, ll, "em", n_maps, converged, trace, at_floor)
+    return fit.to_data_units(prepared.scale, prepared.total_observed)

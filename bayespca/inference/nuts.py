@@ -283,13 +283,17 @@ def _key(random_state) -> jax.Array:
 
 
 def _ml_fit(X: np.ndarray, k: int, noise: str, missing: bool) -> LowRankGaussian:
+    from bayespca.inference.contract import ModelSpec
+    from bayespca.statistics import prepare
+
+    spec = ModelSpec(noise, k)
     if noise == "isotropic" and not missing:
         from bayespca.inference.closed_form import ppca_closed_form
 
-        return ppca_closed_form(X, k).gaussian
+        return ppca_closed_form(prepare(X), spec).gaussian
     from bayespca.inference.em import fit_em
 
-    return fit_em(X, k, noise=noise).gaussian
+    return fit_em(prepare(X), spec).gaussian
 
 
 def _lower_triangular(w: np.ndarray) -> np.ndarray:

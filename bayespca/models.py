@@ -1,4 +1,4 @@
-"""Probabilistic PCA and factor analysis as NumPyro model functions.
+"""Probabilistic PCA and factor analysis as NumPyro model functions, written once.
 
 Both models share one generative story (see :mod:`bayespca.gaussian`)::
 
@@ -7,552 +7,275 @@ Both models share one generative story (see :mod:`bayespca.gaussian`)::
 
 with ``Psi = sigma^2 I`` for :func:`ppca` and ``Psi = diag(psi)`` for
 :func:`factor_analysis`. Integrating ``z_i`` out gives the *marginal* model
-``x_i ~ N(mu, W W^T + Psi)``, which is what NUTS and SVI should sample or
-optimise: it has no per-row latent variables, no funnel, and its per-row
-log-density is the pointwise log-likelihood that LOO needs.
+``x_i ~ N(mu, W W^T + Psi)``: no per-row latent variables, no funnel, and
+its per-row log-density is the pointwise log-likelihood that LOO needs.
 
-The models are plain functions of the data, so they go straight into NumPyro
-inference. Shape-defining integers (``n_components``, ``n_samples``,
-``n_features``) are keyword-only Python ints; with ``jit_model_args=True``
-every call argument is traced, so bind them first with
-:func:`functools.partial`::
+Every inference in the package runs these functions: NUTS takes its
+potential energy from them (:mod:`bayespca.inference.nuts`), SVI its ELBO
+(:mod:`bayespca.inference.svi`), and ``Predictive`` its draws. A NumPyro
+user gets the same posterior with NumPyro's own MCMC::
 
-    model = functools.partial(ppca, n_components=3, has_missing=False)
-    MCMC(NUTS(model), num_warmup=500, num_samples=500, jit_model_args=True).run(key, X)
+    model = functools.partial(ppca, n_components=3)
+    MCMC(NUTS(model), num_warmup=500, num_samples=500).run(key, suff_stats=sufficient_statistics(X))
 
-(a traced ``X`` cannot be inspected for NaN, hence ``has_missing``; without
-it the missing-value density is used, which is correct but slower). For
-complete data, ``suff_stats=sufficient_statistics(X)`` makes one log-density
-evaluation cost O(d^2 k) whatever n.
+Identification. ``W`` is identified only up to ``W R`` (``R`` orthogonal).
+``identification`` picks the coordinates the model samples ``W`` in:
 
-Sample sites: ``"W"`` (d, k), ``"sigma"`` (pPCA noise standard deviation,
-scalar) or ``"psi"`` (FA noise variances, (d,)), ``"mu"`` (d,), ``"z"``
-(n, k; explicit model only) and the observed ``"X"`` inside the plate
-``"obs"`` (one log-likelihood value per row). Under the regularised
-horseshoe (:class:`Horseshoe`), ``"W"`` is a deterministic function of
-the unit-free sites ``"W_z"``, ``"W_lambda"``, ``"W_tau"``, ``"W_c2"``, and
-the shrinkage factors ``"kappa"`` (d, k) are recorded too.
+``"polar"`` (pPCA default)
+    ``W = U diag(l)``, ``U = Z L^{-T}`` with ``Z^T Z = L L^T`` the
+    orthonormal factor of an unconstrained ``d x k`` site ``"Z"`` whose
+    density depends on ``Z^T Z`` only (a thin shell around the Stiefel
+    manifold, :func:`shell_log_density`), so ``U`` is uniform on the Stiefel
+    manifold, and ``l_1 > ... > l_k > 0`` from the site ``"log_gaps"``
+    (``l_j = sum_{i >= j} exp(g_i)``). ``U diag(l) V^T`` is the SVD of an
+    unconstrained ``W`` whose ``V`` is integrated out: for a rotation-
+    invariant prior (the default) the SVD's volume element
+    ``prod_j l_j^(d-k) prod_{i<j} (l_i^2 - l_j^2)`` is included, so the
+    posterior of ``W W^T`` is exactly that of the unconstrained model. For
+    other priors (ARD, :class:`bayespca.priors.Custom`) the density is
+    ``p(U diag(l))`` with respect to Haar measure and Lebesgue measure on ``l``.
+``"lower_triangular"`` (FA default)
+    ``W_jl = 0`` for ``l > j`` and ``W_jj > 0`` (sites ``"W_lower"`` and
+    ``"W_log_diag"``). ``W = L Q`` with ``Q`` orthogonal has volume element
+    ``prod_j L_jj^(k-1-j)`` (0-based ``j``), included for rotation-invariant
+    priors, so the posterior of ``W W^T`` is that of the unconstrained model.
+``"none"`` and ``"procrustes"``
+    ``W`` sampled from its prior in the prior's own coordinates (site
+    ``"W"``, or the horseshoe's sites); ``"procrustes"`` only tells the NUTS
+    runner to align draws afterwards.
+
+In every case ``"W"`` is recorded (a deterministic site when built by an
+identified map). Without data (prior predictive) ``W`` is drawn from its
+prior directly: the identified maps have improper coordinate sites, and
+the prior predictive of ``X`` does not depend on the coordinates.
+
+Data. ``X`` (rows; NaN marks a missing entry) enters through the plate
+``"obs"``, one log-likelihood value per row. ``suff_stats`` instead (a
+:class:`bayespca.statistics.SufficientStatistics`, or the per-pattern
+:class:`bayespca.statistics.MissingPatterns` with missing values) enters as
+one factor site ``"X"`` holding the total log-likelihood, computed at
+O(d^2 k) per pattern whatever n (:func:`marginal_log_likelihood`).
+
+Shape-defining integers (``n_components``, ``n_samples``, ``n_features``)
+are keyword-only Python ints; with ``jit_model_args=True`` every call
+argument is traced, so bind them with :func:`functools.partial`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+from jax.scipy.linalg import solve_triangular
 from numpyro.distributions import constraints
 
-from bayespca.data import as_float_matrix
+from bayespca import priors as prior_classes
 from bayespca.gaussian import LowRankGaussian, log_likelihood_from_stats, log_prob
-from bayespca.linalg import centred_scatter
+from bayespca.inference.contract import IDENTIFICATIONS
+from bayespca.statistics import MissingPatterns, SufficientStatistics
 
 __all__ = [
-    "Horseshoe",
-    "Priors",
-    "SufficientStatistics",
-    "default_priors",
+    "DEFAULT_IDENTIFICATION",
+    "IDENTIFICATIONS",
     "factor_analysis",
-    "horseshoe_loadings",
+    "identification_for",
+    "initial_values",
+    "lower_triangular",
+    "marginal_log_likelihood",
     "ppca",
-    "resolve_priors",
-    "suff_stats_log_likelihood",
-    "sufficient_statistics",
+    "shell_log_density",
 ]
 
-_NOISE_KINDS = ("isotropic", "diagonal")
+# The data reach compiled samplers as arguments: one compilation serves every data set with the
+# same number and sizes of missing patterns.
+jax.tree_util.register_dataclass(
+    MissingPatterns, data_fields=["columns", "stats", "X", "observed"], meta_fields=["n_features"]
+)
+
+DEFAULT_IDENTIFICATION = {"isotropic": "polar", "diagonal": "lower_triangular"}
 _LATENTS = ("marginal", "explicit")
-# Prior sd of mu in units of the column sd: wide enough that the data, not the
-# prior, locate the mean, yet proper so that the prior predictive exists.
-_MEAN_PRIOR_WIDTH = 10.0
+_NOISE_SITE = {"isotropic": "sigma", "diagonal": "psi"}
+# Width of the radial part of the polar expansion (see shell_log_density).
+_SHELL_WIDTH = 0.2
 
 
-class Priors(NamedTuple):
-    """Prior distributions of the parameters of :func:`ppca` / :func:`factor_analysis`.
+def identification_for(identification: str | None, noise: str, loadings: Any) -> str:
+    """The identification to sample with: the requested one, checked, or the default for the model.
 
-    Each field is a NumPyro distribution whose ``batch_shape + event_shape``
-    broadcasts to the parameter's shape (its event shape must be a suffix
-    of it), or None for the default of :func:`default_priors`.
-
-    Attributes
-    ----------
-    loadings : Distribution, Horseshoe or None
-        Prior of ``W``, shape (d, k); e.g. ``dist.Normal(0.0, 1.0)`` for iid
-        entries, ``dist.Normal(0.0, scale[:, None])`` per feature, or a
-        :class:`Horseshoe` for sparse loadings.
-    noise : Distribution or None
-        Prior of ``sigma`` (pPCA: the noise *standard deviation*, scalar) or
-        of ``psi`` (FA: the noise *variances*, shape (d,)); positive support.
-    mean : Distribution or None
-        Prior of ``mu``, shape (d,).
+    Priors that sample ``W`` only in their own coordinates (the horseshoe)
+    take ``"none"``; asking them for another is a ValueError.
 
     Examples
     --------
-    >>> import numpyro.distributions as dist
-    >>> Priors(noise=dist.HalfCauchy(1.0)).loadings is None
+    >>> identification_for(None, "diagonal", prior_classes.Normal())
+    'lower_triangular'
+    """
+    if identification is not None and identification not in IDENTIFICATIONS:
+        raise ValueError(
+            f"identification must be None or one of {list(IDENTIFICATIONS)}; got {identification!r}."
+        )
+    allowed = getattr(loadings, "identifications", IDENTIFICATIONS)
+    if identification is None:
+        default = DEFAULT_IDENTIFICATION[noise]
+        return default if default in allowed else allowed[0]
+    if identification not in allowed:
+        raise ValueError(
+            f"identification must be None or one of {list(allowed)} with the {type(loadings).__name__} "
+            f"prior (it samples W in its own coordinates); got {identification!r}."
+        )
+    return identification
+
+
+def shell_log_density(z: jax.Array) -> jax.Array:
+    """Log-density of the expanded matrix ``Z`` of the polar identification, up to a constant.
+
+    Any density of the form ``g(Z^T Z)`` is invariant under ``Z -> Q Z``
+    (``Q`` orthogonal), so ``U = Z (Z^T Z)^{-1/2}``-type factors are uniform
+    on the Stiefel manifold and independent of ``Z^T Z``; ``g`` only sets how
+    the redundant, data-free ``Z^T Z`` moves. ``Z ~ N(0, I)`` would let it
+    come near singular when ``d`` is small, where the scale of ``U`` in
+    ``Z`` coordinates shrinks (a funnel); ``g(G) = exp(-|G - I|_F^2 / (8 w^2))``
+    with ``w = 0.2`` keeps ``Z`` in a thin shell.
+
+    Examples
+    --------
+    >>> abs(float(shell_log_density(jnp.eye(3)[:, :2])))
+    0.0
+    """
+    gram_dev = z.T @ z - jnp.eye(z.shape[1])
+    return -jnp.sum(gram_dev**2) / (8 * _SHELL_WIDTH**2)
+
+
+def lower_triangular(w: np.ndarray) -> np.ndarray:
+    """``W Q`` lower triangular with positive diagonal (same ``W W^T``), from the QR of ``W^T``.
+
+    Examples
+    --------
+    >>> lt = lower_triangular(np.array([[0.0, 1.0], [1.0, 1.0], [2.0, 0.0]]))
+    >>> bool(np.allclose(lt @ lt.T, [[1, 1, 0], [1, 2, 2], [0, 2, 4]])), abs(float(lt[0, 1]))
+    (True, 0.0)
+    """
+    _, r = np.linalg.qr(np.asarray(w).T)
+    lt = r.T
+    return lt * np.where(np.diag(lt) < 0, -1.0, 1.0)
+
+
+def _polar_loadings(prior, d, k, noise, n):
+    z = numpyro.sample("Z", dist.ImproperUniform(constraints.real, (), (d, k)))
+    log_gaps = numpyro.sample("log_gaps", dist.ImproperUniform(constraints.real, (), (k,)))
+    chol = jnp.linalg.cholesky(z.T @ z)
+    u = solve_triangular(chol, z.T, lower=True).T  # Z L^{-T}: orthonormal columns
+    # Decreasing positive scales as a reversed cumulative sum of exponentials.
+    scales = jnp.cumsum(jnp.exp(log_gaps)[::-1])[::-1]
+    log_volume = jnp.sum(log_gaps) + shell_log_density(z)
+    if prior.rotation_invariant:
+        i, j = np.triu_indices(k, 1)
+        log_volume += (d - k) * jnp.sum(jnp.log(scales))
+        log_volume += jnp.sum(jnp.log(scales[i] - scales[j]) + jnp.log(scales[i] + scales[j]))
+    w = u * scales
+    numpyro.factor("W_volume", log_volume)
+    numpyro.factor("W_prior", prior.log_density(w, noise, n))
+    return w
+
+
+def _lower_triangular_loadings(prior, d, k, noise, n):
+    rows, cols = np.tril_indices(d, -1, k)
+    lower = numpyro.sample("W_lower", dist.ImproperUniform(constraints.real, (), (rows.size,)))
+    log_diag = numpyro.sample("W_log_diag", dist.ImproperUniform(constraints.real, (), (k,)))
+    w = jnp.zeros((d, k)).at[rows, cols].set(lower)
+    w = w.at[jnp.arange(k), jnp.arange(k)].set(jnp.exp(log_diag))
+    log_volume = jnp.sum(log_diag)  # the Jacobian of exp
+    if prior.rotation_invariant:
+        log_volume += jnp.sum((k - 1 - jnp.arange(k)) * log_diag)
+    numpyro.factor("W_volume", log_volume)
+    numpyro.factor("W_prior", prior.log_density(w, noise, n))
+    return w
+
+
+def initial_values(
+    identification: str, prior: Any, g: LowRankGaussian, noise: str, n: int
+) -> dict:
+    """Constrained values of every latent site that give the parameters ``g`` (a start for NUTS or SVI).
+
+    Parameters
+    ----------
+    identification : str
+    prior : LoadingsPrior
+        Resolved (its own sites' start comes from :meth:`LoadingsPrior.start`).
+    g : LowRankGaussian
+        ``(W, noise variances, mu)``, NumPy.
+    noise : {"isotropic", "diagonal"}
+    n : int
+
+    Returns
+    -------
+    dict
+        Site name -> value.
+    """
+    w, psi, mu = (np.asarray(a, dtype=float) for a in g)
+    values = {"mu": mu, _NOISE_SITE[noise]: np.sqrt(psi[0]) if noise == "isotropic" else psi}
+    if identification == "polar":
+        scales = np.linalg.norm(w, axis=0)
+        order = np.argsort(-scales, kind="stable")
+        w, scales = w[:, order], scales[order]
+        values["Z"] = _orthonormal_columns(w, scales)
+        gaps = -np.diff(np.append(scales, 0.0))  # l_j - l_{j+1}, with l_{k+1} = 0
+        values["log_gaps"] = np.log(np.maximum(gaps, 1e-3 * max(scales[0], 1e-12)))
+    elif identification == "lower_triangular":
+        w = lower_triangular(w)
+        d, k = w.shape
+        values["W_lower"] = w[np.tril_indices(d, -1, k)]
+        values["W_log_diag"] = np.log(np.maximum(np.diag(w), 1e-6))
+    if identification in ("polar", "lower_triangular"):
+        values.update({name: v for name, v in prior.start(w, psi, n).items() if name != "W"})
+    else:
+        values.update(prior.start(w, psi, n))
+    return values
+
+
+def _orthonormal_columns(w: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """``w`` with unit columns; columns of (near) zero norm replaced by an orthonormal completion."""
+    tiny = scales <= 1e-8 * max(float(scales.max()), np.finfo(float).tiny)
+    u = w / np.where(tiny, 1.0, scales)
+    if tiny.any():
+        u[:, tiny] = np.eye(w.shape[0])[:, : tiny.sum()]
+        q, r = np.linalg.qr(u)
+        u = q * np.where(np.diag(r) < 0, -1.0, 1.0)
+    return u
+
+
+def marginal_log_likelihood(g: LowRankGaussian, stats: Any) -> jax.Array:
+    """Total marginal log-likelihood ``sum_i log N(x_{i,O_i} | mu_O, W_O W_O^T + Psi_O)`` from statistics.
+
+    ``stats`` is a :class:`~bayespca.statistics.SufficientStatistics`
+    (complete data) or :class:`~bayespca.statistics.MissingPatterns`: each
+    pattern contributes :func:`bayespca.gaussian.log_likelihood_from_stats`
+    of its observed block (rows themselves when there are too many
+    patterns). Traceable and differentiable.
+
+    Examples
+    --------
+    >>> from bayespca.statistics import missing_patterns
+    >>> X = np.array([[0.0, 1.0], [1.0, 3.0], [2.0, np.nan]])
+    >>> g = LowRankGaussian(np.array([[0.8], [0.6]]), np.array([0.4, 0.7]), np.array([1.0, 2.0]))
+    >>> total = marginal_log_likelihood(g, missing_patterns(X))
+    >>> bool(np.isclose(total, log_prob(g, np.nan_to_num(X), ~np.isnan(X)).sum()))
     True
     """
-
-    loadings: dist.Distribution | None = None
-    noise: dist.Distribution | None = None
-    mean: dist.Distribution | None = None
-
-
-class Horseshoe(NamedTuple):
-    """Regularised horseshoe prior on the entries of ``W`` (Piironen & Vehtari, 2017).
-
-    Pass it as ``priors=Horseshoe(...)`` (short for
-    ``Priors(loadings=Horseshoe(...))``), or ``priors="horseshoe"`` for the
-    defaults. Each loading is a scale mixture of normals with a
-    global scale ``tau``, a local scale ``lambda_jl`` per entry and a slab
-    width ``c``::
-
-        W_jl = tau * lambda~_jl * z_jl,   z_jl ~ N(0, 1)   (non-centred)
-        lambda~_jl^2 = c^2 lambda_jl^2 / (c^2 + tau^2 lambda_jl^2)
-        lambda_jl ~ C+(0, 1),   tau ~ C+(0, tau_0),
-        c^2 ~ InvGamma(nu / 2, nu s_slab^2 / 2)
-        tau_0 = p_0 / (d - p_0) * sigma / sqrt(n)
-
-    with ``sigma = sqrt(mean_j psi_j)`` the model's own noise standard
-    deviation (a parameter, so the prior scales with the data) and ``n`` the
-    number of rows. Far below the slab (``tau lambda << c``) it is the
-    horseshoe, whose spike at 0 and Cauchy tails shrink small loadings to 0
-    and leave large ones alone; far above it each loading is
-    ``N(0, c^2)``-regularised, so weakly identified large loadings stay
-    finite. ``tau_0`` is the scale at which ``p_0`` of the ``d`` loadings of
-    a column are expected to escape the shrinkage: the shrinkage factor of
-    an entry, ``kappa_jl = 1 / (1 + n psi_j^{-1} tau^2 lambda~_jl^2)``
-    (the weight of 0 in the posterior mean of ``W_jl`` given ``z``, as in a
-    regression on ``n`` unit-variance inputs), has prior effective number of
-    non-zeros ``sum_j (1 - kappa_jl)`` of about ``p_0``.
-
-    Attributes
-    ----------
-    p0 : float or None
-        Prior guess of the number of non-zero loadings per column,
-        ``0 < p0 < d``. None: ``max(1, d / 4)``.
-    slab_scale : float or None
-        ``s_slab`` in data units. None: the root mean column standard
-        deviation of the data, which bounds a loading (``W_jl^2 <= var_j``).
-    slab_df : float, default=4
-        ``nu > 0``: the slab is Student-t with ``nu`` degrees of freedom.
-
-    References
-    ----------
-    J. Piironen and A. Vehtari (2017). Sparsity information and
-    regularization in the horseshoe and other shrinkage priors. Electronic
-    Journal of Statistics 11(2), 5018-5051.
-
-    Examples
-    --------
-    >>> Priors(loadings=Horseshoe(p0=3)).loadings.slab_df
-    4.0
-    """
-
-    p0: Any = None
-    slab_scale: Any = None
-    slab_df: Any = 4.0
-
-
-def horseshoe_loadings(
-    z, local, global_, slab, noise, prior: Horseshoe, n_samples
-) -> tuple[jax.Array, jax.Array]:
-    """Loadings and shrinkage factors of the regularised horseshoe, from unit-free variables.
-
-    The non-centred form of :class:`Horseshoe`: every argument is free of
-    the data's units, so the sampler sees the same geometry whatever the
-    scale, and the units enter only through ``noise`` and ``slab_scale``.
-
-    Parameters
-    ----------
-    z : array (..., d, k)
-        ``N(0, 1)`` draws.
-    local : array (..., d, k)
-        ``lambda_jl ~ C+(0, 1)``.
-    global_ : array (...)
-        ``tau / tau_0 ~ C+(0, 1)``.
-    slab : array (...)
-        ``c^2 / s_slab^2 ~ InvGamma(nu / 2, nu / 2)``.
-    noise : array (..., d)
-        Noise variances ``psi`` (pPCA: ``sigma^2`` repeated).
-    prior : Horseshoe
-        With ``p0`` and ``slab_scale`` set.
-    n_samples : int or array
-        ``n``.
-
-    Returns
-    -------
-    W : array (..., d, k)
-        ``tau lambda~ z``.
-    kappa : array (..., d, k)
-        ``1 / (1 + n psi_j^{-1} tau^2 lambda~_jl^2)``: near 1 for a loading
-        shrunk to 0, near 0 for one left alone.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> w, kappa = horseshoe_loadings(
-    ...     np.ones((4, 1)), np.full((4, 1), 1e6), 1.0, 1.0, np.ones(4), Horseshoe(2, 1.0), 100
-    ... )
-    >>> np.round(np.asarray(w[:, 0]), 6).tolist()  # lambda -> infinity: W -> c z
-    [1.0, 1.0, 1.0, 1.0]
-    """
-    noise = jnp.asarray(noise)
-    d = jnp.shape(noise)[-1]
-    sigma = jnp.sqrt(jnp.mean(noise, axis=-1))
-    tau = prior.p0 / (d - prior.p0) * sigma / jnp.sqrt(n_samples) * global_
-    c2 = prior.slab_scale**2 * slab
-    tau, c2 = tau[..., None, None], jnp.asarray(c2)[..., None, None]
-    # c^2 lambda^2 / (c^2 + tau^2 lambda^2), without overflow for huge lambda.
-    tilde2 = c2 / (c2 / jnp.asarray(local) ** 2 + tau**2)
-    w = tau * jnp.sqrt(tilde2) * z
-    kappa = 1.0 / (1.0 + n_samples * tau**2 * tilde2 / noise[..., :, None])
-    return w, kappa
-
-
-def _horseshoe_start(w: np.ndarray, noise: np.ndarray, prior: Horseshoe, n: int) -> dict:
-    """Unit-free horseshoe variables (see :func:`horseshoe_loadings`) that give loadings ``w``.
-
-    ``tau`` and ``c`` at their prior scales (``global_ = slab = 1``),
-    ``lambda`` such that ``tau lambda~ = max(|w|, tau)``, clipped to
-    ``0.9 c``, and ``z = w / (tau lambda~)``, so ``|z| <= 1`` unless
-    ``|w| > 0.9 c``. A starting point for NUTS and SVI (NumPy).
-    """
-    d = w.shape[0]
-    tau = prior.p0 / (d - prior.p0) * np.sqrt(np.mean(noise)) / np.sqrt(n)
-    c = float(prior.slab_scale)
-    size = np.clip(np.abs(w), tau, 0.9 * c)
-    local = size / tau * c / np.sqrt(c**2 - size**2)
-    return {"z": w / size, "local": local, "global_": np.ones(()), "slab": np.ones(())}
-
-
-def _canonical_columns(w: np.ndarray, kappa: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Order the columns of draws ``w`` (m, d, k) by decreasing norm of their mean, signed
-    so that the largest-magnitude entry of each mean column is positive; ``kappa`` follows.
-
-    Under a sparsity prior the columns are identified up to these signed
-    permutations only; this picks one, as :func:`bayespca.linalg.flip_signs`
-    does for PCA.
-    """
-    mean = w.mean(axis=0)
-    order = np.argsort(-np.linalg.norm(mean, axis=0), kind="stable")
-    mean, w, kappa = mean[:, order], w[..., order], kappa[..., order]
-    top = mean[np.argmax(np.abs(mean), axis=0), np.arange(mean.shape[1])]
-    return w * np.where(top < 0, -1.0, 1.0), kappa
-
-
-def _horseshoe_sites(prior: Horseshoe, noise: jax.Array, n: Any, d: int, k: int) -> jax.Array:
-    """Sample the non-centred horseshoe sites; record ``W`` and ``kappa`` as deterministic."""
-    half = 0.5 * prior.slab_df
-    z = numpyro.sample("W_z", dist.Normal(0.0, 1.0).expand((d, k)).to_event(2))
-    local = numpyro.sample("W_lambda", dist.HalfCauchy(1.0).expand((d, k)).to_event(2))
-    global_ = numpyro.sample("W_tau", dist.HalfCauchy(1.0))
-    slab = numpyro.sample("W_c2", dist.InverseGamma(half, half))
-    w, kappa = horseshoe_loadings(z, local, global_, slab, noise, prior, n)
-    numpyro.deterministic("kappa", kappa)
-    return numpyro.deterministic("W", w)
-
-
-class SufficientStatistics(NamedTuple):
-    """What complete Gaussian data tell about ``(W, Psi, mu)``.
-
-    Attributes
-    ----------
-    n : int
-        Number of rows.
-    mean : Array of shape (d,)
-        Column means ``xbar``.
-    scatter : Array of shape (d, d)
-        Centred scatter ``sum_i (x_i - xbar)(x_i - xbar)^T``.
-    """
-
-    n: Any
-    mean: jax.Array
-    scatter: jax.Array
-
-
-def sufficient_statistics(X: Any) -> SufficientStatistics:
-    """Row count, column means and centred scatter matrix of complete data.
-
-    Parameters
-    ----------
-    X : array-like of shape (n, d)
-        No missing values (the Gaussian likelihood of data with missing
-        entries does not reduce to one scatter matrix).
-
-    Returns
-    -------
-    SufficientStatistics
-
-    Examples
-    --------
-    >>> stats = sufficient_statistics([[1.0, 2.0], [3.0, 6.0]])
-    >>> int(stats.n), stats.mean.tolist(), stats.scatter.tolist()
-    (2, [2.0, 4.0], [[2.0, 4.0], [4.0, 8.0]])
-    """
-    arr = as_float_matrix(X, name="X")
-    mean = arr.mean(axis=0)
-    return SufficientStatistics(arr.shape[0], mean, centred_scatter(arr, mean))
-
-
-def _check_noise(noise: Any) -> str:
-    if noise not in _NOISE_KINDS:
-        raise ValueError(f"noise must be one of {_NOISE_KINDS}; got {noise!r}.")
-    return noise
-
-
-def _column_moments(
-    X: Any, suff_stats: SufficientStatistics | None, d: int
-) -> tuple[jax.Array, jax.Array]:
-    """Column means and standard deviations of the data (0 and 1 without data).
-
-    Works on traced arrays (NaN-aware), so a jitted model can call it.
-    """
-    if suff_stats is not None:
-        return jnp.asarray(suff_stats.mean), jnp.sqrt(jnp.diag(suff_stats.scatter) / suff_stats.n)
-    if X is None:
-        return jnp.zeros(d), jnp.ones(d)
-    X = jnp.asarray(X)
-    return jnp.nanmean(X, axis=0), jnp.nanstd(X, axis=0)
-
-
-def _data_scales(
-    X: Any, suff_stats: SufficientStatistics | None, d: int | None
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Column means ``m_j``, sds ``s_j`` and root mean column variance ``s`` (see default_priors)."""
-    mean, sd = _column_moments(X, suff_stats, d)
-    overall = jnp.sqrt(jnp.nanmean(sd**2))
-    overall = jnp.where(overall > 0, overall, 1.0)
-    sd = jnp.where(sd > 0, sd, overall)  # also replaces the NaN of an unobserved column
-    mean = jnp.where(jnp.isnan(mean), 0.0, mean)
-    return mean, sd, overall
-
-
-def default_priors(
-    X: Any = None,
-    *,
-    noise: str = "isotropic",
-    n_features: int | None = None,
-    suff_stats: SufficientStatistics | None = None,
-) -> Priors:
-    """Scale-aware default priors, in the units of the data.
-
-    With ``m_j`` and ``s_j`` the mean and standard deviation (denominator n,
-    NaN ignored) of column ``j`` and ``s = sqrt(mean_j s_j^2)`` the root mean
-    column variance, the defaults are
-
-    ==========  ===================================  ================================
-    parameter   pPCA (``noise="isotropic"``)         FA (``noise="diagonal"``)
-    ==========  ===================================  ================================
-    ``W_jl``    ``Normal(0, s)``                     ``Normal(0, s_j)``
-    noise       ``sigma ~ HalfNormal(s)``            ``psi_j ~ HalfNormal(s_j^2)``
-    ``mu_j``    ``Normal(m_j, 10 s_j)``              ``Normal(m_j, 10 s_j)``
-    ==========  ===================================  ================================
-
-    These are the only data-dependent quantities: ``m_j``, ``s_j`` and
-    ``s``. They make the prior weakly informative *whatever the units* (the
-    prior is equivariant: rescaling the data rescales the prior, so the
-    posterior of rescaled data is the rescaled posterior), and make
-    ``W W^T + Psi`` a priori of order ``(k + 1) s^2`` per feature. A zero ``s_j``
-    (constant column) is replaced by ``s``, and a zero ``s`` by 1. Without
-    data, ``m_j = 0`` and ``s_j = s = 1`` (standardised units); a column with
-    no observed value gets ``m_j = 0`` and ``s_j = s``.
-
-    Parameters
-    ----------
-    X : array-like of shape (n, d), optional
-        Data; NaN entries are ignored.
-    noise : {"isotropic", "diagonal"}, default="isotropic"
-        pPCA or FA.
-    n_features : int, optional
-        Needed when neither ``X`` nor ``suff_stats`` is given.
-    suff_stats : SufficientStatistics, optional
-        Data summarised by :func:`sufficient_statistics` (instead of ``X``).
-
-    Returns
-    -------
-    Priors
-        All three fields set.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> p = default_priors(np.array([[0.0, 1.0], [2.0, 5.0]]), noise="diagonal")
-    >>> np.asarray(p.noise.scale).tolist()
-    [1.0, 4.0]
-    """
-    _check_noise(noise)
-    if X is None and suff_stats is None:
-        if n_features is None:
-            raise ValueError("default_priors needs X, suff_stats or n_features; got none of them.")
-        d = _check_positive_int(n_features, "n_features")
-    else:
-        d = None
-    mean, sd, overall = _data_scales(X, suff_stats, d)
-    if noise == "isotropic":
-        loadings = dist.Normal(0.0, overall)
-        noise_prior = dist.HalfNormal(overall)
-    else:
-        loadings = dist.Normal(0.0, sd[:, None])
-        noise_prior = dist.HalfNormal(sd**2)
-    return Priors(loadings, noise_prior, dist.Normal(mean, _MEAN_PRIOR_WIDTH * sd))
-
-
-def _flat_priors(noise: str, n_features: int) -> Priors:
-    """Improper flat priors: with them the MAP is the maximum-likelihood estimate."""
-    positive = dist.ImproperUniform(constraints.positive, (), ())
-    return Priors(
-        dist.ImproperUniform(constraints.real, (), ()),
-        positive if noise == "isotropic" else positive.expand((n_features,)),
-        dist.ImproperUniform(constraints.real, (), ()),
-    )
-
-
-def resolve_priors(
-    priors: Any, *, noise: str, X: Any, suff_stats: SufficientStatistics | None, d: int
-) -> Priors:
-    """Turn the ``priors`` argument of a model into a :class:`Priors` with no None field.
-
-    Parameters
-    ----------
-    priors : None, "flat", Priors or dict
-        None: :func:`default_priors`; ``"flat"``: improper flat priors (the
-        MAP is then the ML estimate); a :class:`Priors` or a dict with its
-        field names, whose None fields take the defaults.
-    noise : {"isotropic", "diagonal"}
-    X : array-like of shape (n, d) or None
-        Data for the scale-aware defaults (or ``suff_stats``).
-    suff_stats : SufficientStatistics or None
-    d : int
-        Number of features.
-
-    Returns
-    -------
-    Priors
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> p = resolve_priors(
-    ...     {"noise": dist.HalfNormal(2.0)}, noise="isotropic", X=np.eye(3), suff_stats=None, d=3
-    ... )
-    >>> float(p.noise.scale), type(p.loadings).__name__
-    (2.0, 'Normal')
-    """
-    if isinstance(priors, str):
-        if priors not in ("flat", "horseshoe"):
-            raise ValueError(
-                f"priors must be None, 'flat', 'horseshoe', a bayespca.models.Priors or a dict "
-                f"with keys {Priors._fields}; got the string {priors!r}."
-            )
-        if priors == "flat":
-            return _flat_priors(noise, d)
-        priors = Priors(loadings=Horseshoe())
-    if priors is None:
-        priors = Priors()
-    elif isinstance(priors, Horseshoe):
-        priors = Priors(loadings=priors)
-    elif isinstance(priors, Mapping) and not isinstance(priors, Priors):
-        unknown = sorted(set(priors) - set(Priors._fields))
-        if unknown:
-            raise ValueError(
-                f"priors has unknown keys {unknown}; accepted keys: {list(Priors._fields)}."
-            )
-        priors = Priors(**priors)
-    elif not isinstance(priors, Priors):
-        raise TypeError(
-            f"priors must be None, 'flat', 'horseshoe', a Horseshoe, a bayespca.models.Priors or a dict; got "
-            f"{type(priors).__name__}."
-        )
-    for field, value in zip(Priors._fields, priors, strict=True):
-        if field == "loadings" and isinstance(value, Horseshoe):
-            continue
-        if value is not None and not isinstance(value, dist.Distribution):
-            extra = " or a bayespca.models.Horseshoe" if field == "loadings" else ""
-            raise TypeError(
-                f"priors.{field} must be a numpyro Distribution{extra} or None; got "
-                f"{type(value).__name__}."
-            )
-    if None in priors:
-        defaults = default_priors(X, noise=noise, n_features=d, suff_stats=suff_stats)
-        priors = Priors(
-            *(p if p is not None else q for p, q in zip(priors, defaults, strict=True))
-        )
-    if isinstance(priors.loadings, Horseshoe):
-        priors = priors._replace(
-            loadings=_resolve_horseshoe(priors.loadings, X=X, suff_stats=suff_stats, d=d)
-        )
-    return priors
-
-
-def _is_horseshoe(priors: Any) -> bool:
-    """Whether a ``priors`` argument asks for the horseshoe on ``W`` (before resolution)."""
-    if isinstance(priors, str):
-        return priors == "horseshoe"
-    if isinstance(priors, Horseshoe):
-        return True
-    if isinstance(priors, Priors):
-        return isinstance(priors.loadings, Horseshoe)
-    return isinstance(priors, Mapping) and isinstance(priors.get("loadings"), Horseshoe)
-
-
-def _resolve_horseshoe(
-    prior: Horseshoe, *, X: Any, suff_stats: SufficientStatistics | None, d: int
-) -> Horseshoe:
-    """Fill the defaults of a :class:`Horseshoe` and check its values (named ValueErrors)."""
-    if any(isinstance(v, jax.core.Tracer) for v in prior):
-        return prior  # already resolved and checked before tracing
-    p0, slab_scale, slab_df = prior
-    if p0 is None:
-        p0 = max(1.0, d / 4.0)
-    if slab_scale is None:
-        slab_scale = _data_scales(X, suff_stats, d)[2]
-    if not isinstance(slab_scale, jax.core.Tracer):
-        slab_scale = float(slab_scale) if np.ndim(slab_scale) == 0 else slab_scale
-    checks = (
-        (p0, "p0", f"a number in (0, n_features) = (0, {d})", lambda v: 0 < v < d),
-        (slab_scale, "slab_scale", "a finite number > 0 (or None)", lambda v: 0 < v < np.inf),
-        (slab_df, "slab_df", "a finite number > 0", lambda v: 0 < v < np.inf),
-    )
-    for value, name, accepted, ok in checks:
-        if isinstance(value, jax.core.Tracer):
-            continue  # the data scale of a traced X (jit_model_args=True)
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            number = None
-        if isinstance(value, bool) or np.ndim(value) != 0 or number is None or not ok(number):
-            raise ValueError(f"Horseshoe {name} must be {accepted}; got {value!r}.")
-    return Horseshoe(float(p0), slab_scale, float(slab_df))
-
-
-def _as_site_distribution(prior: dist.Distribution, shape: tuple, field: str) -> dist.Distribution:
-    """Broadcast a prior to a parameter of the given shape, as one event."""
-    event = tuple(prior.event_shape)
-    if event and tuple(shape[len(shape) - len(event) :]) != event:
-        raise ValueError(
-            f"priors.{field} has event shape {event}, which is not a suffix of the parameter "
-            f"shape {shape}."
-        )
-    batch = tuple(shape[: len(shape) - len(event)])
-    try:
-        np.broadcast_shapes(tuple(prior.batch_shape), batch)
-    except ValueError:
-        raise ValueError(
-            f"priors.{field} has batch shape {tuple(prior.batch_shape)}, which does not broadcast "
-            f"to the parameter shape {shape}."
-        ) from None
-    if np.broadcast_shapes(tuple(prior.batch_shape), batch) != batch:
-        raise ValueError(
-            f"priors.{field} has batch shape {tuple(prior.batch_shape)}, larger than the "
-            f"parameter shape {shape}."
-        )
-    if tuple(prior.batch_shape) != batch:
-        prior = prior.expand(batch)
-    return prior.to_event(len(batch)) if batch else prior
+    if isinstance(stats, SufficientStatistics):
+        return log_likelihood_from_stats(g, stats.n, stats.mean, stats.scatter)
+    if stats.X is not None:
+        return jnp.sum(log_prob(g, stats.X, stats.observed))
+    w, noise, mean = (jnp.asarray(a) for a in g)
+    total = 0.0
+    for cols, s in zip(stats.columns, stats.stats, strict=True):
+        sub = g if cols.size == w.shape[0] else LowRankGaussian(w[cols], noise[cols], mean[cols])
+        total = total + log_likelihood_from_stats(sub, s.n, s.mean, s.scatter)
+    return total
 
 
 def _check_positive_int(value: Any, name: str) -> int:
@@ -570,13 +293,11 @@ def _check_positive_int(value: Any, name: str) -> int:
 class _LowRankNormal(dist.Distribution):
     """``N(mu, W W^T + diag(psi))`` per row, optionally restricted to observed entries.
 
-    Without a mask it is NumPyro's ``LowRankMultivariateNormal``; it routes
-    the log-density through :func:`bayespca.gaussian.log_prob` so that every
-    model, fit and score in the package shares one implementation. With a
-    mask ``observed`` (batch shape + (d,)), the density of row ``i`` is that
-    of its observed block, ``N(x_{i,O} | mu_O, W_O W_O^T + Psi_O)`` (the
-    likelihood of data missing at random), so the observed site keeps one
-    log-likelihood value per row. Draws are complete rows.
+    The log-density is :func:`bayespca.gaussian.log_prob`, so every model,
+    fit and score in the package shares one implementation. With a mask
+    ``observed`` (batch shape + (d,)), the density of row ``i`` is that of its
+    observed block (the likelihood of data missing at random), one value per
+    row. Draws are complete rows.
     """
 
     arg_constraints = {}
@@ -599,31 +320,10 @@ class _LowRankNormal(dist.Distribution):
         g = LowRankGaussian(self.cov_factor, self.cov_diag, self.loc)
         shape = jnp.shape(value)
         rows = jnp.reshape(value, (-1, shape[-1]))
-        if self.observed is None:
-            flat = log_prob(g, rows)
-        else:
+        observed = None
+        if self.observed is not None:
             observed = jnp.reshape(jnp.broadcast_to(self.observed, shape), (-1, shape[-1]))
-            flat = log_prob(g, rows, observed)
-        return jnp.reshape(flat, shape[:-1])
-
-
-def suff_stats_log_likelihood(g: LowRankGaussian, stats: SufficientStatistics) -> jax.Array:
-    """Total log-likelihood ``sum_i log N(x_i | mu, C)`` from sufficient statistics.
-
-    :func:`bayespca.gaussian.log_likelihood_from_stats` applied to ``stats``:
-    O(d^2 k) per evaluation, whatever ``n``.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from scipy.stats import multivariate_normal
-    >>> X = np.random.default_rng(0).normal(size=(30, 3))
-    >>> g = LowRankGaussian(np.ones((3, 1)), np.full(3, 0.5), np.zeros(3))
-    >>> ref = multivariate_normal(np.zeros(3), np.ones((3, 3)) + 0.5 * np.eye(3)).logpdf(X).sum()
-    >>> bool(np.isclose(suff_stats_log_likelihood(g, sufficient_statistics(X)), ref))
-    True
-    """
-    return log_likelihood_from_stats(g, stats.n, stats.mean, stats.scatter)
+        return jnp.reshape(log_prob(g, rows, observed), shape[:-1])
 
 
 def _observed_mask(X: jax.Array, has_missing: bool | None) -> jax.Array | None:
@@ -634,30 +334,12 @@ def _observed_mask(X: jax.Array, has_missing: bool | None) -> jax.Array | None:
     equals the complete one when nothing is missing, is used.
     """
     if has_missing is None:
-        if isinstance(X, jax.core.Tracer):
-            has_missing = True
-        else:
-            has_missing = bool(np.isnan(np.asarray(X)).any())
+        has_missing = isinstance(X, jax.core.Tracer) or bool(np.isnan(np.asarray(X)).any())
     return ~jnp.isnan(X) if has_missing else None
 
 
-def _low_rank_model(
-    X,
-    *,
-    noise,
-    n_components,
-    n_samples,
-    n_features,
-    latent,
-    priors,
-    subsample_size,
-    suff_stats,
-    has_missing,
-):
-    """The model behind :func:`ppca` (isotropic noise) and :func:`factor_analysis`."""
-    if latent not in _LATENTS:
-        raise ValueError(f"latent must be one of {_LATENTS}; got {latent!r}.")
-    k = _check_positive_int(n_components, "n_components")
+def _shape(X, suff_stats, n_samples, n_features, latent, subsample_size):
+    """``(n, d)`` of the data (n None with statistics), with named errors for inconsistent arguments."""
     if suff_stats is not None:
         if X is not None:
             raise ValueError("Pass either X or suff_stats, not both.")
@@ -666,45 +348,64 @@ def _low_rank_model(
                 "suff_stats needs latent='marginal' and subsample_size=None; got "
                 f"latent={latent!r}, subsample_size={subsample_size!r}."
             )
-        n, d = None, jnp.shape(suff_stats.mean)[-1]
-    elif X is not None:
+        if not isinstance(suff_stats, SufficientStatistics | MissingPatterns):
+            raise TypeError(
+                "suff_stats must be a bayespca.statistics.SufficientStatistics or MissingPatterns; got "
+                f"{type(suff_stats).__name__}."
+            )
+        if isinstance(suff_stats, SufficientStatistics):
+            return None, jnp.shape(suff_stats.mean)[-1]
+        return None, suff_stats.n_features
+    if X is not None:
         if jnp.ndim(X) != 2:
             raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {jnp.shape(X)}.")
         n, d = jnp.shape(X)
         for value, name, size in ((n_samples, "n_samples", n), (n_features, "n_features", d)):
             if value is not None and value != size:
                 raise ValueError(f"{name}={value!r} does not match X of shape {jnp.shape(X)}.")
-    else:
-        if n_samples is None or n_features is None:
-            raise ValueError(
-                "Without X (prior predictive), both n_samples and n_features are needed; got "
-                f"n_samples={n_samples!r}, n_features={n_features!r}."
-            )
-        n = _check_positive_int(n_samples, "n_samples")
-        d = _check_positive_int(n_features, "n_features")
+        return n, d
+    if n_samples is None or n_features is None:
+        raise ValueError(
+            "Without X (prior predictive), both n_samples and n_features are needed; got "
+            f"n_samples={n_samples!r}, n_features={n_features!r}."
+        )
+    return _check_positive_int(n_samples, "n_samples"), _check_positive_int(n_features, "n_features")
+
+
+def _low_rank_model(
+    X, *, noise, n_components, n_samples, n_features, latent, prior, identification, subsample_size,
+    suff_stats, has_missing, reparam,
+):
+    """The model behind :func:`ppca` (isotropic noise) and :func:`factor_analysis`."""
+    if latent not in _LATENTS:
+        raise ValueError(f"latent must be one of {_LATENTS}; got {latent!r}.")
+    k = _check_positive_int(n_components, "n_components")
+    n, d = _shape(X, suff_stats, n_samples, n_features, latent, subsample_size)
     if k > d:
         raise ValueError(f"n_components must be at most n_features={d}; got {k}.")
+    scales = prior_classes.data_scales(X, suff_stats, d)
+    p = prior_classes.resolve(prior_classes.as_priors(prior), noise, scales)
+    ident = identification_for(identification, noise, p.loadings)
+    if X is None and suff_stats is None:
+        ident = "none"  # prior predictive: W from its prior (see the module docstring)
 
-    p = resolve_priors(priors, noise=noise, X=X, suff_stats=suff_stats, d=d)
-    horseshoe = isinstance(p.loadings, Horseshoe)
-    if not horseshoe:
-        W = numpyro.sample("W", _as_site_distribution(p.loadings, (d, k), "loadings"))
     if noise == "isotropic":
-        sigma = numpyro.sample("sigma", _as_site_distribution(p.noise, (), "noise"))
+        sigma = numpyro.sample("sigma", p.noise)
         psi = jnp.full(d, sigma**2)
     else:
-        psi = numpyro.sample("psi", _as_site_distribution(p.noise, (d,), "noise"))
-    if horseshoe:
-        # The horseshoe's global scale is in units of the noise sd, hence after it.
-        W = _horseshoe_sites(p.loadings, psi, suff_stats.n if n is None else n, d, k)
-    mu = numpyro.sample("mu", _as_site_distribution(p.mean, (d,), "mean"))
+        psi = numpyro.sample("psi", p.noise)
+    if ident == "polar":
+        W = numpyro.deterministic("W", _polar_loadings(p.loadings, d, k, psi, scales.n))
+    elif ident == "lower_triangular":
+        W = numpyro.deterministic("W", _lower_triangular_loadings(p.loadings, d, k, psi, scales.n))
+    else:
+        W = p.loadings.sample(d, k, psi, scales.n, reparam)
+    mu = numpyro.sample("mu", p.mean)
 
+    g = LowRankGaussian(W, psi, mu)
     if suff_stats is not None:
-        # One factor for the whole data set: NUTS cost independent of n, but
-        # only the total (not per-row) log-likelihood is recorded.
-        numpyro.factor("X", suff_stats_log_likelihood(LowRankGaussian(W, psi, mu), suff_stats))
+        numpyro.factor("X", marginal_log_likelihood(g, suff_stats))
         return
-
     observed = None if X is None else _observed_mask(X, has_missing)
     with numpyro.plate("obs", n, subsample_size=subsample_size):
         x = None if X is None else numpyro.subsample(jnp.asarray(X), event_dim=1)
@@ -730,66 +431,53 @@ _MODEL_PARAMETERS = """
         Data; NaN marks a missing entry (missing at random), and only the
         observed entries of each row enter the likelihood. None samples
         from the prior predictive (then ``n_samples`` and ``n_features`` are
-        required).
+        required) or uses ``suff_stats``.
     n_components : int, keyword-only
         Number of latent dimensions k, ``1 <= k <= d``.
     n_samples, n_features : int, optional
         Shape of the data; required without ``X``, checked against it otherwise.
     latent : {"marginal", "explicit"}, default="marginal"
         ``"marginal"`` integrates z out: each row of the observed site ``"X"``
-        has density ``N(x_i | mu, W W^T + Psi)`` (that of a
-        ``LowRankMultivariateNormal``, O(d k) per row), or that of its
-        observed block when entries are missing, so
-        ``numpyro.infer.log_likelihood`` gives one value per row.
+        has density ``N(x_i | mu, W W^T + Psi)`` (or that of its observed
+        block), so ``numpyro.infer.log_likelihood`` gives one value per row.
         ``"explicit"`` samples ``z_i`` (site ``"z"``, (n, k)) and observes
-        ``x_i | z_i ~ N(W z_i + mu, Psi)``, missing entries masked out; its
-        per-row log-likelihood is conditional on ``z_i`` (not the marginal).
-    priors : None, "flat", "horseshoe", Priors or dict, optional
-        None: :func:`default_priors` (scale-aware, computed from the data).
-        ``"flat"``: improper uniform priors (the MAP is then the maximum
-        likelihood; no prior predictive). ``"horseshoe"``: the regularised
-        horseshoe of :class:`Horseshoe` on the entries of ``W`` (sites
-        ``"W_z"``, ``"W_lambda"``, ``"W_tau"``, ``"W_c2"``, with ``"W"`` and
-        the shrinkage factors ``"kappa"`` deterministic), defaults
-        elsewhere; a :class:`Horseshoe` sets its options. A :class:`Priors`
-        or a dict with some of the keys
-        ``loadings`` (a Distribution or a :class:`Horseshoe`), ``noise``,
-        ``mean``: those replace the defaults.
+        ``x_i | z_i ~ N(W z_i + mu, Psi)``; its per-row log-likelihood is
+        conditional on ``z_i``.
+    prior : None, "flat", "ard", "horseshoe", a bayespca.priors prior, Priors or dict, optional
+        Read by :func:`bayespca.priors.as_priors`; None: the scale-aware
+        defaults of :mod:`bayespca.priors`, computed from the data (or from
+        ``suff_stats``).
+    identification : {None, "polar", "lower_triangular", "procrustes", "none"}, optional
+        Coordinates of ``W`` (module docstring); None: ``"polar"`` for pPCA,
+        ``"lower_triangular"`` for FA, ``"none"`` for the horseshoe.
     subsample_size : int, optional
         Minibatch size for SVI: the plate ``"obs"`` subsamples rows and
         scales their log-likelihood by ``n / subsample_size``.
-    suff_stats : SufficientStatistics, optional
-        Instead of ``X`` (complete data, marginal model only): the
-        log-likelihood is computed from ``(n, xbar, S)`` at O(d^2 k) per
-        evaluation, whatever n, as one factor site ``"X"`` holding the total
-        (not per-row) log-likelihood.
+    suff_stats : SufficientStatistics or MissingPatterns, optional
+        Instead of ``X`` (marginal model only): the log-likelihood from
+        ``(n, xbar, S)`` per pattern, O(d^2 k) each, whatever n, as one
+        factor site ``"X"`` holding the total.
     has_missing : bool, optional
         Whether ``X`` has NaN entries. None inspects a concrete ``X``; a
-        traced ``X`` (``jit_model_args=True``) cannot be inspected, so the
-        masked density is then used unless ``has_missing=False`` is bound
-        (the complete-data density is about k times cheaper per row, but
-        gives NaN on NaN entries).
+        traced ``X`` (``jit_model_args=True``) cannot be, so the masked
+        density is then used unless ``has_missing=False`` is bound.
+    reparam : bayespca.priors.HorseshoeReparam, optional
+        For the horseshoe: which loadings to sample centred (same
+        posterior, better geometry for NUTS; set by the NUTS runner).
 """
 
 
 def ppca(
-    X=None,
-    *,
-    n_components,
-    n_samples=None,
-    n_features=None,
-    latent="marginal",
-    priors=None,
-    subsample_size=None,
-    suff_stats=None,
-    has_missing=None,
+    X=None, *, n_components, n_samples=None, n_features=None, latent="marginal", prior=None,
+    identification=None, subsample_size=None, suff_stats=None, has_missing=None, reparam=None,
 ):
     """Probabilistic PCA (Tipping & Bishop, 1999) as a NumPyro model.
 
     ``z_i ~ N(0, I_k)``, ``x_i | z_i ~ N(W z_i + mu, sigma^2 I_d)``, hence
-    ``x_i ~ N(mu, W W^T + sigma^2 I_d)``. Sites: ``"W"`` (d, k), ``"sigma"``
-    (noise standard deviation), ``"mu"`` (d,), ``"z"`` (explicit only), and
-    the observed ``"X"`` in the plate ``"obs"``.
+    ``x_i ~ N(mu, W W^T + sigma^2 I_d)``. Sites: ``"sigma"`` (noise standard
+    deviation), the coordinates of ``W`` (module docstring) with ``"W"``
+    (d, k) recorded, ``"mu"`` (d,), ``"z"`` (explicit only), and the
+    observed ``"X"``.
     {parameters}
     Examples
     --------
@@ -806,37 +494,22 @@ def ppca(
     analysis. JRSS B 61(3), 611-622.
     """
     _low_rank_model(
-        X,
-        noise="isotropic",
-        n_components=n_components,
-        n_samples=n_samples,
-        n_features=n_features,
-        latent=latent,
-        priors=priors,
-        subsample_size=subsample_size,
-        suff_stats=suff_stats,
-        has_missing=has_missing,
+        X, noise="isotropic", n_components=n_components, n_samples=n_samples, n_features=n_features,
+        latent=latent, prior=prior, identification=identification, subsample_size=subsample_size,
+        suff_stats=suff_stats, has_missing=has_missing, reparam=reparam,
     )
 
 
 def factor_analysis(
-    X=None,
-    *,
-    n_components,
-    n_samples=None,
-    n_features=None,
-    latent="marginal",
-    priors=None,
-    subsample_size=None,
-    suff_stats=None,
-    has_missing=None,
+    X=None, *, n_components, n_samples=None, n_features=None, latent="marginal", prior=None,
+    identification=None, subsample_size=None, suff_stats=None, has_missing=None, reparam=None,
 ):
     """Factor analysis as a NumPyro model.
 
     ``z_i ~ N(0, I_k)``, ``x_i | z_i ~ N(W z_i + mu, diag(psi))``, hence
-    ``x_i ~ N(mu, W W^T + diag(psi))``. Sites: ``"W"`` (d, k), ``"psi"``
-    (noise variances, (d,)), ``"mu"`` (d,), ``"z"`` (explicit only), and
-    the observed ``"X"`` in the plate ``"obs"``.
+    ``x_i ~ N(mu, W W^T + diag(psi))``. Sites: ``"psi"`` (noise variances,
+    (d,)), the coordinates of ``W`` with ``"W"`` (d, k) recorded, ``"mu"``
+    (d,), ``"z"`` (explicit only), and the observed ``"X"``.
     {parameters}
     Examples
     --------
@@ -844,24 +517,18 @@ def factor_analysis(
     >>> from numpyro.infer import log_likelihood
     >>> X = np.random.default_rng(0).normal(size=(6, 3))
     >>> X[0, 1] = np.nan
-    >>> model = functools.partial(factor_analysis, n_components=1)
+    >>> model = functools.partial(factor_analysis, n_components=1, identification="none")
     >>> params = {{"W": np.ones((1, 3, 1)), "psi": np.ones((1, 3)), "mu": np.zeros((1, 3))}}
     >>> log_likelihood(model, params, X)["X"].shape
     (1, 6)
     """
     _low_rank_model(
-        X,
-        noise="diagonal",
-        n_components=n_components,
-        n_samples=n_samples,
-        n_features=n_features,
-        latent=latent,
-        priors=priors,
-        subsample_size=subsample_size,
-        suff_stats=suff_stats,
-        has_missing=has_missing,
+        X, noise="diagonal", n_components=n_components, n_samples=n_samples, n_features=n_features,
+        latent=latent, prior=prior, identification=identification, subsample_size=subsample_size,
+        suff_stats=suff_stats, has_missing=has_missing, reparam=reparam,
     )
 
 
+MODELS = {"isotropic": ppca, "diagonal": factor_analysis}
 ppca.__doc__ = ppca.__doc__.format(parameters=_MODEL_PARAMETERS)
 factor_analysis.__doc__ = factor_analysis.__doc__.format(parameters=_MODEL_PARAMETERS)

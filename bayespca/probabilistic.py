@@ -10,6 +10,7 @@ sampling, and imputation of missing entries (NaN). They differ in ``Psi``:
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -20,30 +21,37 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from bayespca import gaussian
 from bayespca.data import as_float_matrix, check_is_fitted, validate_transform
 from bayespca.gaussian import LatentPosterior, LowRankGaussian
-from bayespca.inference.contract import ModelSpec
-from bayespca.statistics import prepare
+from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
+from bayespca.params import as_key, check_bool, check_choice, check_number, check_seed
+from bayespca.statistics import Prepared, prepare
 
 __all__ = ["FactorAnalysis", "PPCA", "default_candidates", "ledermann_bound", "max_components"]
 
 MODELS = ("ppca", "fa")
 
 ROTATIONS = ("varimax", "quartimax", "promax", "oblimin")
-# Equal-tailed posterior interval behind loadings_interval_ and support_.
-_SUPPORT_PROB = 0.9
-_SPARSITY_ATTRIBUTES = ("inclusion_", "loadings_interval_", "support_")
 # Above this many (draw x row) values the pointwise log-likelihood is left out
 # of posterior_ (to_arviz(log_likelihood=True) still computes it).
 _MAX_POINTWISE = 20_000_000
 
 
-def _jax_key(random_state) -> jax.Array:
-    """A JAX key from an int, a NumPy Generator, or None (fresh entropy)."""
-    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
-        return jax.random.key(int(random_state))
-    if random_state is None or isinstance(random_state, np.random.Generator):
-        seed = np.random.default_rng(random_state).integers(2**63)
-        return jax.random.key(int(seed))
-    raise TypeError(f"random_state must be None, an int or a numpy.random.Generator; got {random_state!r}.")
+def _fitter(method: str):
+    """The fitter of a method (imported on first use: SVI and NUTS need NumPyro)."""
+    if method == "closed_form":
+        from bayespca.inference.closed_form import ppca_closed_form
+
+        return ppca_closed_form
+    if method == "em":
+        from bayespca.inference.em import fit_em
+
+        return fit_em
+    if method == "svi":
+        from bayespca.inference.svi import fit_svi
+
+        return fit_svi
+    from bayespca.inference.nuts import fit_nuts
+
+    return fit_nuts
 
 
 def ledermann_bound(n_features: int) -> int:
@@ -113,177 +121,145 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
     _methods: tuple[str, ...] = ()
 
     # -------------------------------------------------------------- fitting
-    def _check_common(self, n: int, d: int, missing) -> tuple[int, str]:
-        name = type(self).__name__
-        if self.method not in self._methods:
-            raise ValueError(f"method must be one of {list(self._methods)}; got {self.method!r}.")
-        method = self.method
+    _model = "ppca"
+
+    def _plan(self, prepared: Prepared) -> tuple[str, ModelSpec, dict]:
+        """Check every parameter against the data (named errors, before any work); the method,
+        the model and the fitter's options."""
+        method = check_choice(self.method, "method", self._methods)
         if method == "auto":
-            method = self._auto_method(missing)
-        if method == "closed_form" and missing is not None:
+            method = self._auto_method(prepared.missing)
+        if method == "closed_form" and prepared.missing is not None:
             raise ValueError(
                 "method='closed_form' needs complete data, but X has "
-                f"{int(missing.sum())} missing (NaN) entries; use method='em' or 'svi'."
+                f"{int(prepared.missing.sum())} missing (NaN) entries; use method='em' or 'svi'."
             )
-        upper = self._max_components(d, method)
+        k = self._check_n_components(prepared.n, prepared.d)
+        self._check_prior(method)
+        check_choice(self.identification, "identification", IDENTIFICATIONS, allow_none=True)
+        check_seed(self.random_state)
+        progress = check_bool(self.progress_bar, "progress_bar")
+        floor = check_number(self.noise_floor, "noise_floor", low=0, low_open=True)
+        tol = check_number(self.tol, "tol", low=0, allow_none=True)
+        max_iter = check_number(self.max_iter, "max_iter", integer=True, low=1, allow_none=True)
+        learning_rate = check_number(
+            self.learning_rate, "learning_rate", low=0, low_open=True, allow_none=True
+        )
+        options = {}
+        if method in ("closed_form", "em"):
+            options["floor"] = floor
+        if method in ("em", "svi") and tol is not None:
+            options["tol"] = tol
+        if method in ("em", "svi") and max_iter is not None:
+            options["max_iter" if method == "em" else "num_steps"] = max_iter
+        if method == "svi":
+            if learning_rate is not None:
+                options["learning_rate"] = learning_rate
+            options.update(guide=self.guide, batch_size=self.batch_size)
+        if method == "nuts":
+            options.update(
+                num_warmup=self.num_warmup, num_samples=self.num_samples, num_chains=self.num_chains,
+                chain_method=self.chain_method, target_accept_prob=self._target_accept_prob(),
+            )
+        if method in ("svi", "nuts"):
+            options.update(random_state=self.random_state, progress_bar=progress)
+        return method, ModelSpec(self._noise, k, self.prior, self.identification), options
+
+    def _check_n_components(self, n: int, d: int) -> int:
+        """``n_components`` within :func:`max_components` (None: ``min(n - 1, d) - 1``, at least 1)."""
+        upper = max_components(self._model, d)
         k = self.n_components
         if k is None:
             k = max(1, min(min(n - 1, d) - 1, upper))
         accepted = f"None or an int in [1, {upper}] (n_features = {d})"
         if isinstance(k, bool | np.bool_) or not isinstance(k, numbers.Integral):
-            raise TypeError(f"n_components must be {accepted}; got {k!r}.")
+            raise TypeError(f"{type(self).__name__}: n_components must be {accepted}; got {k!r}.")
         if not 1 <= k <= upper:
-            raise ValueError(f"{name}: n_components must be {accepted}; got {k}.")
-        for param in ("tol", "learning_rate"):
-            value = getattr(self, param)
-            if value is not None and not (
-                isinstance(value, numbers.Real) and not isinstance(value, bool) and value >= 0
-            ):
-                raise ValueError(f"{param} must be None or a float >= 0; got {value!r}.")
-        if self.max_iter is not None and (
-            isinstance(self.max_iter, bool)
-            or not isinstance(self.max_iter, numbers.Integral)
-            or self.max_iter < 1
-        ):
-            raise ValueError(f"max_iter must be None or an int >= 1; got {self.max_iter!r}.")
-        if not (isinstance(self.noise_floor, numbers.Real) and self.noise_floor > 0):
-            raise ValueError(f"noise_floor must be a float > 0; got {self.noise_floor!r}.")
-        return int(k), method
+            raise ValueError(f"{type(self).__name__}: n_components must be {accepted}; got {k!r}.")
+        if self._model == "fa" and k > ledermann_bound(d):
+            warnings.warn(
+                f"n_components={k} exceeds the Ledermann bound {ledermann_bound(d)} for {d} features: "
+                "the factor model has more free parameters than the covariance matrix has entries, so "
+                "its loadings are not identified (R's factanal refuses this k).",
+                UserWarning,
+                stacklevel=5,
+            )
+        return int(k)
 
-    def _fit_gaussian(self, X, y=None):
-        prepared = prepare(X, estimator=self)
-        X, missing = prepared.X * prepared.scale, prepared.missing
-        n, d = X.shape
-        k, method = self._check_common(n, d, missing)
-        from bayespca.models import _is_horseshoe  # lazily: numpyro is slow to import
+    def _check_prior(self, method: str) -> None:
+        """A named error for a bad prior, or one a method cannot use."""
+        if self.prior is None:
+            return
+        from bayespca.priors import as_priors, is_named  # lazily: numpyro is slow to import
 
-        if _is_horseshoe(self.prior) and method not in ("nuts", "svi"):
+        as_priors(self.prior)
+        if method in ("closed_form", "em"):
             raise ValueError(
-                f"prior='horseshoe' needs method='nuts' or 'svi'; got method={self.method!r}."
+                f"prior={self.prior!r} needs method='nuts' or 'svi' (a posterior or a MAP); "
+                f"method={method!r} maximises the likelihood, which has no prior."
             )
-        self.nuts_ = None
-        for name in _SPARSITY_ATTRIBUTES:
-            self.__dict__.pop(name, None)
-        spec = ModelSpec(self._noise, k, self.prior, self.identification)
-        options = {}
-        if self.tol is not None:
-            options["tol"] = float(self.tol)
-        if method == "closed_form":
-            from bayespca.inference.closed_form import ppca_closed_form
+        if is_named(self.prior, "horseshoe") and method == "svi" and self.guide == "delta":
+            raise ValueError(
+                "guide must be 'normal' or 'lowrank' with the horseshoe prior (its MAP is not a "
+                "sparse estimate); got guide='delta'."
+            )
 
-            fit = ppca_closed_form(prepared, spec, floor=self.noise_floor)
-            g, ll, trace, n_iter, converged = (
-                fit.gaussian, fit.log_likelihood, fit.trace, fit.n_iter, fit.converged
-            )
-            at_floor = fit.at_floor
-        elif method == "em":
-            from bayespca.inference.em import fit_em
-
-            if self.max_iter is not None:
-                options["max_iter"] = int(self.max_iter)
-            fit = fit_em(prepared, spec, floor=self.noise_floor, **options)
-            g, ll, trace, n_iter, converged = (
-                fit.gaussian, fit.log_likelihood, fit.trace, fit.n_iter, fit.converged
-            )
-            at_floor = fit.at_floor
-        elif method == "nuts":
-            g, ll, trace, n_iter, converged = self._fit_nuts(X, k, missing)
-            at_floor = np.zeros(d, dtype=bool)
-        else:
-            from bayespca.inference.svi import fit_svi
-
-            if self.max_iter is not None:
-                options["num_steps"] = int(self.max_iter)
-            if self.learning_rate is not None:
-                options["learning_rate"] = float(self.learning_rate)
-            result = fit_svi(
-                X,
-                k,
-                noise=self._noise,
-                guide=self.guide,
-                batch_size=self.batch_size,
-                random_state=self.random_state,
-                progress_bar=self.progress_bar,
-                priors=self.prior,
-                **options,
-            )
-            if result.draws is None:
-                g = gaussian.canonical_loadings(result.gaussian)
-            else:  # the horseshoe's sparse basis, not a canonical rotation of it
-                g = result.gaussian
-                self._set_sparsity(np.asarray(result.draws.loadings), result.shrinkage)
-            observed = None if missing is None else ~missing
-            ll = float(np.sum(gaussian.log_prob(g, np.nan_to_num(X), observed)))
-            trace, n_iter, converged = np.array([ll]), int(result.n_steps), bool(result.converged)
-            at_floor = np.zeros(d, dtype=bool)
-            self.svi_losses_ = np.asarray(result.losses)
-        self.gaussian_ = LowRankGaussian(np.asarray(g.loadings), np.asarray(g.noise), np.asarray(g.mean))
+    def _fit_gaussian(self, X) -> Fit:
+        """Validate -> reduce -> dispatch -> store: the one path of every method."""
+        for name in [a for a in vars(self) if a.endswith("_") and not a.startswith("_")]:
+            delattr(self, name)  # a refit leaves nothing of the previous method behind
+        prepared = prepare(X, estimator=self)
+        method, spec, options = self._plan(prepared)
+        fit = _fitter(method)(prepared, spec, **options)
+        self.gaussian_ = LowRankGaussian(*(np.asarray(a, dtype=float) for a in fit.gaussian))
         self.mean_ = self.gaussian_.mean
-        self.n_components_ = k
+        self.n_components_ = spec.n_components
         self.method_ = method
-        self.log_likelihood_ = float(ll)
-        self.loglike_trace_ = np.asarray(trace)
-        self.n_iter_ = int(n_iter)
-        self.converged_ = bool(converged)
-        return np.asarray(at_floor)
+        self.log_likelihood_ = float(fit.log_likelihood)
+        self.n_iter_ = int(fit.n_iter)
+        self.converged_ = bool(fit.converged)
+        if method == "svi":
+            self.svi_losses_ = np.asarray(fit.trace)
+            self.loglike_trace_ = np.array([fit.log_likelihood])
+        else:
+            self.loglike_trace_ = np.asarray(fit.trace)
+        self.nuts_ = fit.draws if method == "nuts" else None
+        if fit.draws is not None:
+            self._store_draws(fit.draws, prepared)
+        return fit
 
-    def _max_components(self, d: int, method: str) -> int:
-        return d
+    def _store_draws(self, draws: Draws, prepared: Prepared) -> None:
+        """Posterior (NUTS) or guide (SVI) draws: samples, DataTree, diagnostics, prior summaries."""
+        from bayespca.priors import as_priors
 
-    def _fit_nuts(self, X, k, missing):
-        """Run NUTS; the point estimate ``gaussian_`` is the posterior mean of ``(W, Psi, mu)``."""
-        from bayespca.inference.nuts import diagnose, effective_components, fit_nuts, to_datatree
+        n = prepared.n
+        loadings = as_priors(self.prior).loadings
+        if loadings is not None:
+            for name, value in loadings.summaries(draws.loadings, draws.extra, draws.noise, n).items():
+                setattr(self, name, value)
+        if self.method_ != "nuts":
+            return
+        from bayespca.posterior import diagnose, to_datatree
 
-        fit = fit_nuts(
-            X,
-            k,
-            noise=self._noise,
-            identification=self.identification,
-            priors=self.prior,
-            num_warmup=self.num_warmup,
-            num_samples=self.num_samples,
-            num_chains=self.num_chains,
-            chain_method=self.chain_method,
-            target_accept_prob=self._target_accept_prob(),
-            random_state=self.random_state,
-            progress_bar=self.progress_bar,
+        self.loadings_samples_ = draws.loadings
+        self.noise_variance_samples_ = draws.noise if self._noise == "diagonal" else draws.noise[..., 0]
+        self.mean_samples_ = draws.mean
+        self.sample_stats_ = draws.sample_stats
+        self.identification_ = draws.identification
+        stored = draws.loadings.shape[0] * draws.loadings.shape[1] * n
+        X = prepared.X * prepared.scale
+        self.posterior_ = to_datatree(
+            draws, X, feature_names=prepared.feature_names, log_likelihood=stored <= _MAX_POINTWISE
         )
-        self.nuts_ = fit
-        self.loadings_samples_ = fit.loadings
-        self.noise_variance_samples_ = fit.noise if self._noise == "diagonal" else fit.noise[..., 0]
-        self.mean_samples_ = fit.mean
-        self.sample_stats_ = fit.sample_stats
-        self.identification_ = fit.identification
-        names = getattr(self, "feature_names_in_", None)
-        stored = fit.loadings.shape[0] * fit.loadings.shape[1] * X.shape[0]
-        self.posterior_ = to_datatree(fit, X, feature_names=names, log_likelihood=stored <= _MAX_POINTWISE)
-        diagnose(fit, self.posterior_["posterior"]["log_lik"].values)
-        if fit.precision is not None:
-            self.n_effective_components_ = effective_components(fit, X.shape[0])
-        if fit.shrinkage is not None:
-            d, k = fit.loadings.shape[-2:]
-            self._set_sparsity(fit.loadings.reshape(-1, d, k), fit.shrinkage.reshape(-1, d, k))
-        g = LowRankGaussian(fit.loadings.mean((0, 1)), fit.noise.mean((0, 1)), fit.mean.mean((0, 1)))
-        observed = None if missing is None else ~missing
-        ll = float(np.sum(gaussian.log_prob(g, np.nan_to_num(X), observed)))
-        n_draws = fit.loadings.shape[0] * fit.loadings.shape[1]
-        return g, ll, np.array([ll]), n_draws, bool(not fit.sample_stats["diverging"].any())
-
-    def _set_sparsity(self, loadings: np.ndarray, shrinkage: np.ndarray) -> None:
-        """Per-loading summaries of the horseshoe from draws of ``W`` and ``kappa`` (m, d, k)."""
-        tail = (1.0 - _SUPPORT_PROB) / 2.0
-        interval = np.quantile(loadings, [tail, 1.0 - tail], axis=0)
-        self.inclusion_ = 1.0 - shrinkage.mean(axis=0)
-        self.loadings_interval_ = np.moveaxis(interval, 0, -1)
-        self.support_ = (interval[0] > 0) | (interval[1] < 0)
+        diagnose(draws, self.posterior_["posterior"]["log_lik"].values)
 
     def _target_accept_prob(self) -> float:
         """The NUTS target: the user's, else 0.99 under the horseshoe (funnels diverge at 0.9), else 0.9."""
         if self.target_accept_prob is not None:
             return self.target_accept_prob
-        from bayespca.models import _is_horseshoe
+        from bayespca.priors import is_named
 
-        return 0.99 if _is_horseshoe(self.prior) else 0.9
+        return 0.99 if is_named(self.prior, "horseshoe") else 0.9
 
     def _draws(self, num_samples=None, random_state=None) -> LowRankGaussian:
         """Posterior draws of ``(W, Psi, mu)`` (all, or ``num_samples`` picked at random)."""
@@ -296,7 +272,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         return LowRankGaussian(*(np.asarray(a)[idx] for a in g))
 
     def to_arviz(self, *, log_likelihood=True, posterior_predictive=False, random_state=None):
-        """The posterior as an ArviZ DataTree (see :func:`bayespca.inference.nuts.to_datatree`).
+        """The posterior as an ArviZ DataTree (see :func:`bayespca.posterior.to_datatree`).
 
         Groups ``posterior`` (dims chain, draw, feature, component; feature
         coordinates from ``feature_names_in_``), ``sample_stats``,
@@ -305,7 +281,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         ``posterior_predictive``, replicated data sets. Needs ``method="nuts"``.
         """
         self._check_nuts("to_arviz")
-        from bayespca.inference.nuts import to_datatree
+        from bayespca.posterior import to_datatree
 
         X = self.posterior_["observed_data"]["X"].values
         return to_datatree(
@@ -421,7 +397,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         observed = None if missing is None else ~missing
         rng = np.random.default_rng(random_state)
         draws = self._draws(int(num_samples), rng)
-        key = _jax_key(rng)
+        key = as_key(rng)
         z = np.asarray(_sample_latent(draws, np.nan_to_num(X), observed, key))
         r = self._rotation()
         return z if r is None else z @ np.linalg.inv(r).T
@@ -456,7 +432,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         check_is_fitted(self, "gaussian_")
         if isinstance(n_samples, bool) or not isinstance(n_samples, numbers.Integral) or n_samples < 1:
             raise ValueError(f"n_samples must be an int >= 1; got {n_samples!r}.")
-        key = _jax_key(random_state)
+        key = as_key(random_state)
         return np.asarray(gaussian.sample(self.gaussian_, key, int(n_samples)))
 
     def score_samples(self, X):
@@ -609,15 +585,16 @@ class PPCA(_LowRankGaussianModel):
         SVI seed.
     progress_bar : bool, default=False
         SVI / NUTS progress bar.
-    prior : None, "flat", "ard", "horseshoe", Priors or dict, default=None
-        Priors of the ``"svi"`` and ``"nuts"`` methods: None for the
-        scale-aware defaults of :func:`bayespca.models.default_priors`;
-        ``"flat"`` for improper flat priors (SVI's delta guide then returns the
-        maximum-likelihood point); ``"ard"`` (NUTS only) for Bishop's Bayesian
-        PCA (a Gamma-distributed precision per column of ``W``);
-        ``"horseshoe"`` (or ``bayespca.models.Horseshoe(p0=..., ...)``) for
+    prior : None, "flat", "ard", "horseshoe", a bayespca.priors prior, Priors or dict, default=None
+        Priors of the ``"svi"`` and ``"nuts"`` methods (the maximum-likelihood
+        methods refuse one): None for the scale-aware defaults of
+        :mod:`bayespca.priors`; ``"flat"`` for improper flat priors (SVI's
+        delta guide then returns the maximum-likelihood point); ``"ard"`` for
+        Bishop's Bayesian PCA (a Gamma-distributed precision per column of
+        ``W``, :class:`bayespca.priors.ARD`);
+        ``"horseshoe"`` (or ``bayespca.priors.Horseshoe(p0=..., ...)``) for
         sparse loadings under the regularised horseshoe on the entries of
-        ``W`` (:class:`bayespca.models.Horseshoe`; method ``"nuts"``, where
+        ``W`` (:class:`bayespca.priors.Horseshoe`; method ``"nuts"``, where
         ``target_accept_prob`` defaults to 0.99, or ``"svi"`` with
         ``guide="normal"`` or ``"lowrank"``). ``W`` is then not rotated to a
         canonical basis: the prior picks the sparse one, and its columns are
@@ -625,7 +602,7 @@ class PPCA(_LowRankGaussianModel):
     identification : {None, "polar", "lower_triangular", "procrustes", "none"}, default=None
         How NUTS identifies ``W`` (None: ``"polar"`` for PPCA,
         ``"lower_triangular"`` for FactorAnalysis); see
-        :mod:`bayespca.inference.nuts`.
+        :mod:`bayespca.models`.
     num_warmup, num_samples, num_chains : int, default=500, 500, 4
         NUTS warm-up and kept draws per chain, and number of chains.
     chain_method : {"sequential", "parallel", "vectorized"}, default="sequential"
@@ -663,7 +640,7 @@ class PPCA(_LowRankGaussianModel):
         Only for ``method="svi"``: the SVI loss (negative ELBO) per step.
     nuts_ : NUTSFit or None
         Only for ``method="nuts"``: the posterior draws and sampler
-        statistics (:class:`bayespca.inference.nuts.NUTSFit`). The point
+        statistics (:class:`bayespca.inference.contract.Draws`). The point
         estimate ``gaussian_`` (hence ``components_``, ``noise_variance_``,
         ``score``, ``impute``, ``sample``, covariance) is then the posterior
         mean of ``(W, Psi, mu)`` with identified ``W``; ``transform`` and
@@ -676,11 +653,11 @@ class PPCA(_LowRankGaussianModel):
         ``acceptance_rate``.
     n_effective_components_ : int
         Only with ``prior="ard"``: components that ARD left active
-        (:func:`bayespca.inference.nuts.effective_components`).
+        (:meth:`bayespca.priors.ARD.summaries`).
     inclusion_ : ndarray of shape (n_features, n_components_)
         Only with ``prior="horseshoe"``: posterior mean of ``1 - kappa_jl``,
         the inclusion-like weight of each loading (``kappa_jl`` its
-        shrinkage factor, see :class:`bayespca.models.Horseshoe`): near 1
+        shrinkage factor, see :class:`bayespca.priors.Horseshoe`): near 1
         for a loading the data keep, lower for one shrunk to 0 (the data
         cannot tell an exact zero from a loading below its standard error,
         so zeros sit around 0.3 to 0.6 rather than at 0).
@@ -912,16 +889,10 @@ class FactorAnalysis(_LowRankGaussianModel):
         self.chain_method = chain_method
         self.target_accept_prob = target_accept_prob
 
+    _model = "fa"
+
     def _auto_method(self, missing) -> str:
         return "em"
-
-    def _max_components(self, d: int, method: str) -> int:
-        if d < 2:
-            raise ValueError(
-                "FactorAnalysis needs at least 2 features (n_features = 1): one feature is "
-                "explained entirely by its own noise variance."
-            )
-        return d - 1
 
     def fit(self, X, y=None):
         """Fit the model by maximum likelihood, then rotate the loadings if asked.
@@ -936,16 +907,16 @@ class FactorAnalysis(_LowRankGaussianModel):
         -------
         self
         """
-        if self.rotation is not None and self.rotation not in ROTATIONS:
-            raise ValueError(f"rotation must be None or one of {list(ROTATIONS)}; got {self.rotation!r}.")
-        from bayespca.models import _is_horseshoe
+        check_choice(self.rotation, "rotation", ROTATIONS, allow_none=True)
+        if self.rotation is not None and self.prior is not None:
+            from bayespca.priors import is_named
 
-        if self.rotation is not None and _is_horseshoe(self.prior):
-            raise ValueError(
-                f"rotation must be None with prior='horseshoe' (the prior already picks the sparse "
-                f"basis, which a rotation would undo); got rotation={self.rotation!r}."
-            )
-        at_floor = self._fit_gaussian(X)
+            if is_named(self.prior, "horseshoe"):
+                raise ValueError(
+                    f"rotation must be None with prior='horseshoe' (the prior already picks the sparse "
+                    f"basis, which a rotation would undo); got rotation={self.rotation!r}."
+                )
+        fit = self._fit_gaussian(X)
         w = self.gaussian_.loadings
         k = w.shape[1]
         if self.rotation is None:
@@ -960,6 +931,7 @@ class FactorAnalysis(_LowRankGaussianModel):
         self.rotation_matrix_ = r
         self.factor_correlation_ = phi
         self.noise_variance_ = np.asarray(self.gaussian_.noise)
+        at_floor = np.zeros(len(w), bool) if fit.at_floor is None else fit.at_floor
         self.heywood_features_ = np.flatnonzero(at_floor)
         return self
 

@@ -102,14 +102,22 @@ class MissingPatterns:
     stats : tuple of SufficientStatistics
         ``(n_p, mean_p, scatter_p)`` of the observed block of the rows with
         that pattern.
+    n_features : int
+        ``d``.
     X, observed : ndarray or None
         The rows (NaN replaced by 0) and their mask, kept instead of the
         groups when there are more than ``max_patterns`` patterns (the
         likelihood is then a sum over rows).
+
+    :mod:`bayespca.models` registers it as a JAX pytree whose numbers
+    (``columns`` included) are leaves: compiled code that takes it as an
+    argument serves every data set with the same number and sizes of
+    patterns.
     """
 
     columns: tuple
     stats: tuple
+    n_features: int
     X: np.ndarray | None = None
     observed: np.ndarray | None = None
 
@@ -139,8 +147,9 @@ def missing_patterns(X: Any, max_patterns: int = _MAX_PATTERNS) -> MissingPatter
     observed = ~np.isnan(arr)
     keys, inverse = np.unique(observed, axis=0, return_inverse=True)
     inverse = inverse.ravel()
+    d = arr.shape[1]
     if len(keys) > max_patterns:
-        return MissingPatterns((), (), np.where(observed, arr, 0.0), observed)
+        return MissingPatterns((), (), d, np.where(observed, arr, 0.0), observed)
     columns, stats = [], []
     for p in np.argsort(-np.bincount(inverse), kind="stable"):
         cols = np.flatnonzero(keys[p])
@@ -150,7 +159,7 @@ def missing_patterns(X: Any, max_patterns: int = _MAX_PATTERNS) -> MissingPatter
         mean = rows.mean(axis=0)
         columns.append(cols)
         stats.append(SufficientStatistics(rows.shape[0], mean, centred_scatter(rows, mean)))
-    return MissingPatterns(tuple(columns), tuple(stats))
+    return MissingPatterns(tuple(columns), tuple(stats), d)
 
 
 def power_of_two_scale(X: np.ndarray, observed: np.ndarray | None = None) -> float:
@@ -292,7 +301,7 @@ class Prepared:
     def patterns(self) -> MissingPatterns:
         """Per-pattern statistics (:func:`missing_patterns`); one pattern for complete data."""
         if self.missing is None:
-            return MissingPatterns((np.arange(self.d),), (self.stats,))
+            return MissingPatterns((np.arange(self.d),), (self.stats,), self.d)
         return missing_patterns(self.X)
 
     @property

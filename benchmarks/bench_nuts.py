@@ -32,8 +32,10 @@ import numpyro.distributions as dist
 from numpyro.infer import MCMC, NUTS
 from threadpoolctl import threadpool_limits
 
+from bayespca.inference.contract import ModelSpec
 from bayespca.inference.nuts import fit_nuts
 from bayespca.models import ppca
+from bayespca.statistics import prepare
 
 
 def _data(n, d=20, k=3, seed=0):
@@ -80,11 +82,13 @@ def _naive(model, X, warmup, samples, seed):
 
 def _ours(X, warmup, samples, seed):
     start = time.perf_counter()
-    fit = fit_nuts(X, 3, num_warmup=warmup, num_samples=samples, num_chains=1, random_state=seed)
+    spec = ModelSpec("isotropic", 3)
+    fit = fit_nuts(prepare(X), spec, num_warmup=warmup, num_samples=samples, num_chains=1, random_state=seed)
     wall = time.perf_counter() - start
-    inv = _invariants(fit.loadings[0], fit.noise[0, :, 0])
-    loadings = fit.loadings[0].reshape(samples, -1).T
-    steps = float(np.median(fit.sample_stats["n_steps"]))
+    draws = fit.draws
+    inv = _invariants(draws.loadings[0], draws.noise[0, :, 0])
+    loadings = draws.loadings[0].reshape(samples, -1).T
+    steps = float(np.median(draws.sample_stats["n_steps"]))
     return wall, steps, _min_ess(inv), _min_ess(loadings)
 
 
@@ -113,7 +117,7 @@ def main():
         ("row-by-row MVN n=1000", lambda: _naive(functools.partial(row_by_row, k=3), X, naive, naive, 0)),
     ]
     if not args.quick:
-        explicit = functools.partial(ppca, n_components=3, latent="explicit")
+        explicit = functools.partial(ppca, n_components=3, latent="explicit", identification="none")
         runs.append(("explicit z n=1000", lambda: _naive(explicit, X, naive, naive, 0)))
     base, walls, rates = None, {}, {}
     for name, run in runs:

@@ -27,7 +27,7 @@ from bayespca.comparison import (
     loo,
     relative_efficiency,
 )
-from bayespca.inference.nuts import to_datatree
+from bayespca.posterior import to_datatree
 
 NUTS = dict(num_warmup=200, num_samples=300, num_chains=2)
 # Refits for K-fold: one chain is enough for a held-out density.

@@ -6,10 +6,13 @@ import warnings
 import numpy as np
 import pytest
 
-from bayespca.inference.nuts import SamplingWarning, fit_nuts
+from bayespca.inference.contract import ModelSpec
+from bayespca.inference.nuts import fit_nuts
 from bayespca.inference.svi import fit_svi
-from bayespca.models import Horseshoe, Priors, horseshoe_loadings
+from bayespca.posterior import SamplingWarning
+from bayespca.priors import Horseshoe, Priors, horseshoe_loadings
 from bayespca.probabilistic import PPCA, FactorAnalysis
+from bayespca.statistics import prepare
 
 N, D, K, NOISE_SD = 200, 20, 2, 0.5
 
@@ -151,12 +154,15 @@ def test_tau0_gives_p0_expected_nonzeros():
 @pytest.mark.parametrize(
     ("prior", "match"),
     [
-        (Priors(loadings=Horseshoe(p0=0)), "p0 must be a number in \\(0, n_features\\) = \\(0, 20\\); got 0"),
+        (
+            Priors(loadings=Horseshoe(p0=0)),
+            "p0 must be a number in \\(0, n_features\\) = \\(0, 20\\) or None; got 0",
+        ),
         (Priors(loadings=Horseshoe(p0=20)), "p0 must be .*got 20"),
         (Priors(loadings=Horseshoe(p0="many")), "p0 must be .*got 'many'"),
         ({"loadings": Horseshoe(slab_scale=-1.0)}, "slab_scale must be a finite number > 0.*got -1.0"),
         (Priors(loadings=Horseshoe(slab_df=0.0)), "slab_df must be a finite number > 0; got 0.0"),
-        ("horse", "priors must be None, 'flat', 'horseshoe'.*got the string 'horse'"),
+        ("horse", "prior must be None, 'flat', 'ard', 'horseshoe'.*got 'horse'"),
     ],
 )
 @pytest.mark.parametrize("fit", ["nuts", "svi"])
@@ -164,36 +170,38 @@ def test_bad_prior_arguments(prior, match, fit, data):
     X, _ = data
     with pytest.raises(ValueError, match=match):
         if fit == "nuts":
-            fit_nuts(X, K, priors=prior, num_warmup=1, num_samples=1, num_chains=1)
+            fit_nuts(prepare(X), ModelSpec("isotropic", K, prior), num_warmup=1, num_samples=1, num_chains=1)
         else:
-            fit_svi(X, K, priors=prior, guide="normal", num_steps=1)
+            fit_svi(prepare(X), ModelSpec("isotropic", K, prior), guide="normal", num_steps=1)
 
 
 def test_bad_combinations(data):
     X, _ = data
-    with pytest.raises(ValueError, match="prior='horseshoe' needs method='nuts' or 'svi'; got method='auto'"):
+    needs = "prior='horseshoe' needs method='nuts' or 'svi'.*method='closed_form'"
+    with pytest.raises(ValueError, match=needs):
         PPCA(K, prior="horseshoe").fit(X)
     with pytest.raises(ValueError, match="guide must be 'normal' or 'lowrank'.*got guide='delta'"):
         PPCA(K, method="svi", prior="horseshoe").fit(X)
-    with pytest.raises(ValueError, match="identification must be None or 'none'.*got 'polar'"):
+    with pytest.raises(ValueError, match="identification must be None or one of \\['none'\\].*got 'polar'"):
         PPCA(K, method="nuts", prior="horseshoe", identification="polar").fit(X)
     with pytest.raises(ValueError, match="rotation must be None with prior='horseshoe'.*'varimax'"):
         FactorAnalysis(K, method="svi", guide="normal", prior="horseshoe", rotation="varimax").fit(X)
 
 
 def test_nuts_potential_matches_numpyro_model(ppca_nuts, data):
-    """The sampler's own potential (centred/non-centred W, whitened mu, hand-written prior
-    densities) and NumPyro's NUTS on the model function (its own distributions and
-    transforms) target the same posterior."""
+    """The runner's reparameterised model (loadings the data pin down sampled centred, in
+    Laplace-free unit coordinates) and NumPyro's NUTS on the plain model function (all
+    loadings non-centred) target the same posterior."""
     import functools
 
     import jax
     from numpyro.infer import MCMC, NUTS
 
-    from bayespca.models import ppca, sufficient_statistics
+    from bayespca.models import ppca
+    from bayespca.statistics import sufficient_statistics
 
     X, _ = data
-    model = functools.partial(ppca, n_components=K, priors="horseshoe")
+    model = functools.partial(ppca, n_components=K, prior="horseshoe")
     mcmc = MCMC(NUTS(model, target_accept_prob=0.95), num_warmup=300, num_samples=300, progress_bar=False)
     mcmc.run(jax.random.key(3), suff_stats=sufficient_statistics(X))
     draws = mcmc.get_samples()
@@ -209,12 +217,12 @@ def test_nuts_potential_matches_numpyro_model(ppca_nuts, data):
 def test_horseshoe_prior_forms_resolve_alike(data):
     """"horseshoe", a bare Horseshoe and Priors(loadings=Horseshoe()) give the same defaults:
     p0 = d / 4 and the slab at the root mean column sd of the data."""
-    from bayespca.models import resolve_priors
+    from bayespca.priors import as_priors, data_scales, resolve
 
     X, _ = data
     expected = Horseshoe(D / 4, float(np.sqrt(X.var(axis=0).mean())), 4.0)
     for prior in ("horseshoe", Horseshoe(), Priors(loadings=Horseshoe()), {"loadings": Horseshoe()}):
-        got = resolve_priors(prior, noise="isotropic", X=X, suff_stats=None, d=D).loadings
+        got = resolve(as_priors(prior), "isotropic", data_scales(X)).loadings
         assert got.p0 == expected.p0 and got.slab_df == expected.slab_df
         assert float(got.slab_scale) == pytest.approx(expected.slab_scale, rel=1e-12)
 

@@ -13,13 +13,9 @@ from scipy import stats
 from threadpoolctl import threadpool_limits
 
 import bayespca  # noqa: F401  (sets float64)
-from bayespca.models import (
-    Priors,
-    default_priors,
-    factor_analysis,
-    ppca,
-    sufficient_statistics,
-)
+from bayespca.models import factor_analysis, ppca
+from bayespca.priors import Priors, as_priors, data_scales, resolve
+from bayespca.statistics import sufficient_statistics
 
 N, D, K = 40, 5, 2
 
@@ -33,7 +29,15 @@ def _one_blas_thread():
         yield
 
 
-MODELS = {"ppca": ppca, "fa": factor_analysis}
+# W as a sample site in its own coordinates: densities evaluated at given (W, noise, mu).
+MODELS = {
+    "ppca": functools.partial(ppca, identification="none"),
+    "fa": functools.partial(factor_analysis, identification="none"),
+}
+
+
+def default_priors(X, noise):
+    return resolve(as_priors(None), noise, data_scales(X))
 
 
 def _params(kind, rng):
@@ -106,8 +110,8 @@ def test_explicit_model_conditional_is_the_analytic_posterior_of_z(missing):
     if missing:
         X[rng.random(X.shape) < 0.3] = np.nan
     z = rng.normal(size=(12, K))
-    explicit = functools.partial(factor_analysis, n_components=K, latent="explicit")
-    marginal = functools.partial(factor_analysis, n_components=K)
+    explicit = functools.partial(MODELS["fa"], n_components=K, latent="explicit")
+    marginal = functools.partial(MODELS["fa"], n_components=K)
     joint, _ = log_density(explicit, (X,), {}, {**params, "z": z})
     evidence, _ = log_density(marginal, (X,), {}, params)
     ref = 0.0
@@ -125,8 +129,8 @@ def test_sufficient_statistics_log_density_is_sum_of_rows():
     params, psi = _params("ppca", rng)
     X = _data(params, psi, rng, n=200) + 50.0  # a large mean must not cancel digits
     params["mu"] = params["mu"] + 50.0
-    stats_model = functools.partial(ppca, n_components=K, suff_stats=sufficient_statistics(X))
-    row_model = functools.partial(ppca, n_components=K)
+    stats_model = functools.partial(MODELS["ppca"], n_components=K, suff_stats=sufficient_statistics(X))
+    row_model = functools.partial(MODELS["ppca"], n_components=K)
     ld_stats, _ = log_density(stats_model, (), {}, params)
     ld_rows, _ = log_density(row_model, (X,), {}, params)
     cov = params["W"] @ params["W"].T + np.diag(psi)
@@ -157,7 +161,7 @@ def test_default_priors_follow_the_data_scale():
     params, psi = _params("fa", rng)
     X = _data(params, psi, rng) * np.array([1.0, 10.0, 0.1, 3.0, 1.0])
     X[0, 1] = np.nan
-    model = functools.partial(factor_analysis, n_components=K)
+    model = functools.partial(MODELS["fa"], n_components=K)
     ld, _ = log_density(model, (X,), {}, params)
     cov = params["W"] @ params["W"].T + np.diag(psi)
     loglik = _blockwise_logpdf(X, params["mu"], cov).sum()
@@ -167,14 +171,14 @@ def test_default_priors_follow_the_data_scale():
     p = default_priors(X, noise="isotropic")
     s = np.nanstd(X, axis=0)
     overall = np.sqrt(np.mean(s**2))
-    np.testing.assert_allclose(np.asarray(p.mean.scale)[0], 10 * overall, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(p.mean.base_dist.scale)[0], 10 * overall, rtol=1e-12)
     # A column with no observed value: prior centred at 0 with the overall scale.
     X[:, 3] = np.nan
     p = default_priors(X, noise="diagonal")
     s = np.nanstd(X[:, [0, 1, 2, 4]], axis=0)
     overall = np.sqrt(np.mean(s**2))
-    assert float(p.mean.loc[3]) == 0.0
-    np.testing.assert_allclose(np.asarray(p.noise.scale)[[0, 3]], overall**2, rtol=1e-12)
+    assert float(p.mean.base_dist.loc[3]) == 0.0
+    np.testing.assert_allclose(np.asarray(p.noise.base_dist.scale)[[0, 3]], overall**2, rtol=1e-12)
 
 
 @pytest.mark.parametrize("latent", ["marginal", "explicit"])
@@ -201,8 +205,8 @@ def test_user_priors_replace_defaults():
     params, psi = _params("ppca", rng)
     X = _data(params, psi, rng)
     priors = {"noise": dist.Exponential(2.0), "mean": dist.Normal(0.0, 3.0)}
-    model = functools.partial(ppca, n_components=K, priors=priors)
-    flat = functools.partial(ppca, n_components=K, priors="flat")
+    model = functools.partial(MODELS["ppca"], n_components=K, prior=priors)
+    flat = functools.partial(MODELS["ppca"], n_components=K, prior="flat")
     ld, _ = log_density(model, (X,), {}, params)
     ld_flat, _ = log_density(flat, (X,), {}, params)
     overall = np.sqrt(np.mean(X.var(axis=0)))
@@ -247,7 +251,7 @@ def test_subsampled_plate_scales_the_likelihood():
     rng = np.random.default_rng(7)
     params, psi = _params("ppca", rng)
     X = _data(params, psi, rng)
-    model = functools.partial(ppca, n_components=K, priors="flat", subsample_size=10)
+    model = functools.partial(MODELS["ppca"], n_components=K, prior="flat", subsample_size=10)
     with handlers.seed(rng_seed=0):
         trace = handlers.trace(handlers.substitute(model, params)).get_trace(X)
     idx = np.asarray(trace["obs"]["value"])
@@ -268,23 +272,22 @@ def test_subsampled_plate_scales_the_likelihood():
         ({"n_components": 6}, ValueError, "at most n_features=5; got 6"),
         ({"n_components": 2, "latent": "z"}, ValueError, "latent must be one of"),
         ({"n_components": 2, "n_samples": 3}, ValueError, "n_samples=3 does not match"),
-        ({"n_components": 2, "priors": "weak"}, ValueError, "got the string 'weak'"),
-        ({"n_components": 2, "priors": {"W": dist.Normal()}}, ValueError, "unknown keys"),
-        ({"n_components": 2, "priors": 3}, TypeError, "priors must be None"),
-        ({"n_components": 2, "priors": Priors(noise=1.0)}, TypeError, "priors.noise must"),
+        ({"n_components": 2, "prior": "weak"}, ValueError, "prior must be None, 'flat'.*got 'weak'"),
+        ({"n_components": 2, "prior": {"W": dist.Normal()}}, ValueError, "unknown keys"),
+        ({"n_components": 2, "prior": 3}, TypeError, "prior must be None"),
+        ({"n_components": 2, "prior": Priors(noise=1.0)}, TypeError, "prior.noise must"),
         (
-            {"n_components": 2, "priors": Priors(mean=dist.Normal(np.zeros(3), 1.0))},
+            {"n_components": 2, "prior": Priors(mean=dist.Normal(np.zeros(3), 1.0))},
             ValueError,
             r"priors.mean has batch shape \(3,\)",
         ),
         (
-            {
-                "n_components": 2,
-                "priors": Priors(mean=dist.MultivariateNormal(np.zeros(3), np.eye(3))),
-            },  # noqa: E501
+            {"n_components": 2, "prior": Priors(mean=dist.MultivariateNormal(np.zeros(3), np.eye(3)))},
             ValueError,
             r"event shape \(3,\), which is not a suffix",
         ),
+        ({"n_components": 2, "prior": "horseshoe", "identification": "polar"}, ValueError,
+         "identification must be None or one of \\['none'\\] with the Horseshoe prior"),
     ],
 )
 def test_bad_arguments_are_named(kwargs, error, match):
@@ -307,8 +310,6 @@ def test_bad_shapes_and_modes_are_named():
                 ppca, n_components=1, suff_stats=sufficient_statistics(X), latent="explicit"
             )
         )
-    with pytest.raises(ValueError, match="noise must be one of"):
-        default_priors(X, noise="spherical")
     with pytest.raises(ValueError, match="NaN"):
         sufficient_statistics(np.where(X > 2, np.nan, X))
     # Shape arguments traced by jit_model_args get a message naming the fix.

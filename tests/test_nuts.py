@@ -1,23 +1,26 @@
-"""NUTS posteriors: the sufficient-statistic likelihood, calibration against the truth and ML."""
+"""NUTS posteriors: the model's potential, calibration against the truth and ML, compile reuse."""
 
+import functools
 import warnings
 
 import arviz as az
+import jax
+import jax.monitoring
 import numpy as np
 import numpyro.distributions as dist
 import pytest
+from numpyro.infer import MCMC, NUTS
+from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
+from scipy import stats
 
+from bayespca import PPCA, FactorAnalysis
 from bayespca.gaussian import LowRankGaussian
-from bayespca.inference.contract import ModelSpec
-from bayespca.inference.nuts import (
-    NUTSFit,
-    SamplingWarning,
-    diagnose,
-    fit_nuts,
-    marginal_log_likelihood,
-    missing_patterns,
-)
-from bayespca.statistics import prepare
+from bayespca.inference.contract import Draws, ModelSpec
+from bayespca.inference.nuts import fit_nuts
+from bayespca.models import initial_values, marginal_log_likelihood, ppca
+from bayespca.posterior import SamplingWarning, diagnose
+from bayespca.priors import ARD, Normal, as_priors, data_scales, resolve
+from bayespca.statistics import missing_patterns, prepare, sufficient_statistics
 
 
 def _data(n, d, k, noise_sd, seed=0):
@@ -25,6 +28,10 @@ def _data(n, d, k, noise_sd, seed=0):
     w = rng.normal(size=(d, k)) * np.linspace(2.5, 1.5, k)
     X = rng.normal(size=(n, k)) @ w.T + noise_sd * rng.normal(size=(n, d)) + rng.normal(size=d)
     return X, w
+
+
+def _fit(X, k, noise="isotropic", identification=None, prior=None, **options):
+    return fit_nuts(prepare(X), ModelSpec(noise, k, prior, identification), **options)
 
 
 def _per_row_numpyro(g, X):
@@ -47,49 +54,152 @@ def test_log_likelihood_equals_per_row_numpyro(frac_missing, max_patterns):
     assert ours == pytest.approx(_per_row_numpyro(g, X), rel=1e-10)
 
 
+# ------------------------------------------------ the potential is the model's
+def _reference_log_posterior(kind, identification, prior, theta, X):
+    """The log posterior density of the sampler's coordinates, written out with SciPy.
+
+    The hand-written potential the sampler used before it took its potential
+    from the NumPyro model: likelihood (SciPy MVN), priors (SciPy densities
+    at the documented defaults), and the Jacobians and volume elements of
+    each identification, up to an additive constant.
+    """
+    n, d = X.shape
+    k = 2
+    m, s = X.mean(0), X.std(0)
+    overall = np.sqrt(np.mean(s**2))
+    lp = 0.0
+    if kind == "ppca":
+        sigma = np.exp(theta["sigma"])
+        psi = np.full(d, sigma**2)
+        lp += stats.halfnorm(scale=overall).logpdf(sigma) + theta["sigma"]  # Jacobian of exp
+    else:
+        psi = np.exp(theta["psi"])
+        lp += (stats.halfnorm(scale=s**2).logpdf(psi) + theta["psi"]).sum()
+    if identification == "polar":
+        z = theta["Z"]
+        u = z @ np.linalg.inv(np.linalg.cholesky(z.T @ z)).T
+        gaps = np.exp(theta["log_gaps"])
+        scales = np.cumsum(gaps[::-1])[::-1]
+        w = u * scales
+        lp += theta["log_gaps"].sum() - np.sum((z.T @ z - np.eye(k)) ** 2) / (8 * 0.2**2)
+        if not isinstance(prior, ARD):  # the SVD volume element, for rotation-invariant priors
+            lp += (d - k) * np.log(scales).sum() + np.log(scales[0] ** 2 - scales[1] ** 2)
+    elif identification == "lower_triangular":
+        w = np.zeros((d, k))
+        w[np.tril_indices(d, -1, k)] = theta["W_lower"]
+        w[[0, 1], [0, 1]] = np.exp(theta["W_log_diag"])
+        lp += theta["W_log_diag"].sum() + theta["W_log_diag"][0]  # Jacobian, then QR volume L_00^(k-1)
+    else:
+        w = theta["W"]
+    if isinstance(prior, ARD):
+        alpha = np.exp(theta["alpha"])
+        lp += (stats.gamma(1.0, scale=1.0 / (1e-2 * overall**2)).logpdf(alpha) + theta["alpha"]).sum()
+        lp += stats.norm(0.0, 1.0 / np.sqrt(alpha)).logpdf(w).sum()
+    elif kind == "ppca":
+        lp += stats.norm(0.0, overall).logpdf(w).sum()
+    else:
+        lp += stats.norm(0.0, s[:, None]).logpdf(w).sum()
+    lp += stats.norm(m, 10 * s).logpdf(theta["mu"]).sum()
+    return lp + stats.multivariate_normal(theta["mu"], w @ w.T + np.diag(psi)).logpdf(X).sum()
+
+
+@pytest.mark.parametrize(
+    ("kind", "identification", "prior"),
+    [
+        ("ppca", "polar", None),
+        ("ppca", "lower_triangular", None),
+        ("ppca", "none", None),
+        ("ppca", "polar", ARD()),
+        ("fa", "lower_triangular", None),
+        ("fa", "polar", None),
+        ("fa", "none", ARD()),
+    ],
+)
+def test_sampler_potential_is_the_model_potential(kind, identification, prior):
+    """At random points, the model's potential (what NUTS samples) is the hand-written log posterior."""
+    from bayespca.models import MODELS
+
+    X, _ = _data(80, 5, 2, 0.6, seed=4)
+    noise = "isotropic" if kind == "ppca" else "diagonal"
+    kwargs = {"n_components": 2, "prior": prior, "identification": identification,
+              "suff_stats": sufficient_statistics(X)}
+    model = MODELS[noise]
+    rng = np.random.default_rng(5)
+    start = prepare(X)
+    ml = LowRankGaussian(np.linalg.svd(X - X.mean(0))[2][:2].T * 2.0, np.full(5, 0.5), start.mean)
+    loadings = resolve(as_priors(prior), noise, data_scales(X)).loadings
+    base = unconstrain_fn(model, (), kwargs, initial_values(identification, loadings, ml, noise, 80))
+    values = []
+    for _ in range(3):
+        theta = {name: np.asarray(v) + 0.1 * rng.normal(size=np.shape(v)) for name, v in base.items()}
+        ours = -float(potential_energy(model, (), kwargs, theta))
+        ref = _reference_log_posterior(kind, identification, prior, theta, X)
+        values.append((ours, ref))
+    (a0, r0), *rest = values
+    for a, r in rest:  # equal up to the additive constant (normalisers the reference leaves out)
+        assert a - a0 == pytest.approx(r - r0, rel=1e-10, abs=1e-8)
+
+
 @pytest.mark.parametrize("identification", ["polar", "lower_triangular", "none"])
 def test_start_maps_back_to_the_ml_loadings(identification):
-    """The unconstrained start of the chains reproduces ``W W^T`` of the ML fit it came from."""
+    """The chains' start, through the model's own transforms, reproduces the ML ``W W^T``."""
     from bayespca.inference.closed_form import ppca_closed_form
-    from bayespca.inference.nuts import _Parameterisation
 
     X, _ = _data(300, 6, 3, 0.5, seed=2)
     ml = ppca_closed_form(prepare(X), ModelSpec("isotropic", 3)).gaussian
+    kwargs = {"n_components": 3, "identification": identification, "suff_stats": sufficient_statistics(X)}
+    values = initial_values(identification, Normal(1.0), ml, "isotropic", 300)
+    theta = unconstrain_fn(ppca, (), kwargs, values)
+    back = constrain_fn(ppca, (), kwargs, theta, return_deterministic=True)
     w = np.asarray(ml.loadings)
-    par = _Parameterisation(6, 3, "isotropic", identification, X.mean(0), np.eye(6))
-    back = par.constrain(par.unconstrain(w, np.asarray(ml.noise), np.asarray(ml.mean)))
-    assert np.allclose(back[0] @ back[0].T, w @ w.T, rtol=1e-10, atol=1e-10)
-    assert np.allclose(back[1], np.asarray(ml.noise)) and np.allclose(back[2], np.asarray(ml.mean))
+    np.testing.assert_allclose(np.asarray(back["W"]) @ np.asarray(back["W"]).T, w @ w.T, atol=1e-10)
+    np.testing.assert_allclose(float(back["sigma"]) ** 2, ml.noise[0], rtol=1e-12)
 
 
+# ------------------------------------------------------------ calibration
 @pytest.fixture(scope="module")
 def ppca_fit():
     X, w = _data(400, 6, 2, 0.6, seed=3)
-    fit = fit_nuts(
-        X, 2, num_warmup=300, num_samples=400, num_chains=4, chain_method="vectorized", random_state=0
-    )
-    return X, w, fit
+    fit = _fit(X, 2, num_warmup=300, num_samples=400, num_chains=4, chain_method="vectorized", random_state=0)
+    return X, w, fit.draws
 
 
 def test_ppca_posterior_covers_truth(ppca_fit):
-    _, w, fit = ppca_fit
-    sigma2 = fit.noise[..., 0].ravel()
+    _, w, draws = ppca_fit
+    sigma2 = draws.noise[..., 0].ravel()
     assert abs(sigma2.mean() - 0.36) < 4 * sigma2.std()
-    wwt = np.einsum("cmdk,cmek->cmde", fit.loadings, fit.loadings).reshape(-1, 6, 6)
+    wwt = np.einsum("cmdk,cmek->cmde", draws.loadings, draws.loadings).reshape(-1, 6, 6)
     z = (wwt.mean(0) - w @ w.T) / wwt.std(0)
     assert np.max(np.abs(z)) < 4.5
 
 
 def test_ppca_chains_converge(ppca_fit):
-    _, _, fit = ppca_fit
-    assert fit.sample_stats["diverging"].sum() == 0
-    eig = np.linalg.svd(fit.loadings, compute_uv=False) ** 2
+    _, _, draws = ppca_fit
+    assert draws.sample_stats["diverging"].sum() == 0
+    eig = np.linalg.svd(draws.loadings, compute_uv=False) ** 2
     for series in [
-        fit.noise[..., 0],
+        draws.noise[..., 0],
         *np.moveaxis(eig, -1, 0),
-        *np.moveaxis(fit.loadings.reshape(4, 400, -1), -1, 0),
+        *np.moveaxis(draws.loadings.reshape(4, 400, -1), -1, 0),
     ]:
         assert az.rhat(series) < 1.01
+
+
+def test_numpyro_mcmc_on_the_model_samples_the_same_posterior(ppca_fit):
+    """NumPyro's own NUTS on bayespca.models.ppca (same identified, sufficient-statistic model)."""
+    X, _, ours = ppca_fit
+    model = functools.partial(ppca, n_components=2, suff_stats=sufficient_statistics(X))
+    mcmc = MCMC(NUTS(model), num_warmup=500, num_samples=1000, num_chains=1, progress_bar=False)
+    mcmc.run(jax.random.key(0))
+    theirs = mcmc.get_samples()
+    sigma2 = np.asarray(theirs["sigma"]) ** 2
+    wwt = np.einsum("mdk,mek->mde", np.asarray(theirs["W"]), np.asarray(theirs["W"]))
+    our_sigma2 = ours.noise[..., 0].ravel()
+    our_wwt = np.einsum("cmdk,cmek->cmde", ours.loadings, ours.loadings).reshape(-1, 6, 6)
+    # Monte Carlo error of a difference of means: sd * sqrt(1/ESS_1 + 1/ESS_2), ESS >= 200 each.
+    tol = 4 * np.sqrt(1 / 200 + 1 / 200)
+    assert abs(sigma2.mean() - our_sigma2.mean()) < tol * our_sigma2.std()
+    assert np.max(np.abs(wwt.mean(0) - our_wwt.mean(0)) / our_wwt.std(0)) < tol
 
 
 @pytest.mark.parametrize(
@@ -103,8 +213,10 @@ def test_ppca_chains_converge(ppca_fit):
     ],
 )
 def test_bad_options(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        fit_nuts(np.ones((5, 3)), 1, **kwargs)
+    X = np.random.default_rng(0).normal(size=(5, 3))
+    identification = kwargs.pop("identification", None)
+    with pytest.raises((ValueError, TypeError), match=match):
+        _fit(X, 1, identification=identification, **kwargs)
 
 
 def test_new_data_of_the_same_shapes_reuse_the_compiled_sampler():
@@ -112,19 +224,28 @@ def test_new_data_of_the_same_shapes_reuse_the_compiled_sampler():
 
     ``3 X + 5`` has noise variances 9 times those of ``X``; the scale-aware
     default priors keep the posterior equivariant, so the posterior mean of
-    ``sigma^2`` scales by 9, while nothing is compiled again.
+    ``sigma^2`` scales by 9, while nothing is compiled again (JAX's public
+    monitoring events count backend compilations).
     """
-    from bayespca.inference import nuts
-
     X, _ = _data(150, 4, 1, 0.5, seed=10)
     options = {"num_warmup": 150, "num_samples": 150, "num_chains": 1, "random_state": 0}
-    first = fit_nuts(X, 1, **options)
-    compiled = [f._cache_size() for f in (nuts._chain_jit, nuts._hessian, nuts._constrained_draws)]
-    second = fit_nuts(3 * X + 5, 1, **options)
-    assert [f._cache_size() for f in (nuts._chain_jit, nuts._hessian, nuts._constrained_draws)] == compiled
-    assert second.noise.mean() / first.noise.mean() == pytest.approx(9.0, rel=0.05)
+    first = _fit(X, 1, **options)
+    compiles = []
+
+    def listen(name, secs, **kwargs):
+        if name == "/jax/core/compile/backend_compile_duration":
+            compiles.append(secs)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        second = _fit(3 * X + 5, 1, **options)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert compiles == []
+    assert second.draws.noise.mean() / first.draws.noise.mean() == pytest.approx(9.0, rel=0.05)
 
 
+# ------------------------------------------------------------ diagnostics
 def test_diagnostics_silent_on_converged_chains(ppca_fit):
     with warnings.catch_warnings():
         warnings.simplefilter("error", SamplingWarning)
@@ -134,22 +255,32 @@ def test_diagnostics_silent_on_converged_chains(ppca_fit):
 def test_diagnostics_warn_and_name_the_fix():
     """Synthetic draws: chains stuck at different values, a divergence, an AR(1) series."""
     rng = np.random.default_rng(0)
-    chains, draws, d = 2, 200, 4
-    ar = np.zeros((chains, draws))
-    for t in range(1, draws):
+    chains, n_draws, d = 2, 200, 4
+    ar = np.zeros((chains, n_draws))
+    for t in range(1, n_draws):
         ar[:, t] = 0.995 * ar[:, t - 1] + 0.1 * rng.normal(size=chains)
-    noise = np.broadcast_to(1.0 + 0.01 * ar[..., None], (chains, draws, d)).copy()
-    w = rng.normal(size=(chains, draws, d, 1)) * 0.01 + np.array([1.0, 3.0])[:, None, None, None]
-    stats = {"diverging": np.zeros((chains, draws), bool)}
-    stats["diverging"][1, 5] = True
-    ref = LowRankGaussian(np.ones((d, 1)), np.ones(d), np.zeros(d))
-    fit = NUTSFit(w, noise, np.zeros((chains, draws, d)), stats, ref, "none", "isotropic")
+    noise = np.broadcast_to(1.0 + 0.01 * ar[..., None], (chains, n_draws, d)).copy()
+    w = rng.normal(size=(chains, n_draws, d, 1)) * 0.01 + np.array([1.0, 3.0])[:, None, None, None]
+    stats_ = {"diverging": np.zeros((chains, n_draws), bool)}
+    stats_["diverging"][1, 5] = True
+    draws = Draws(w, noise, np.zeros((chains, n_draws, d)), "none", "isotropic", stats_)
     with pytest.warns(SamplingWarning) as record:
-        messages = diagnose(fit)
+        messages = diagnose(draws)
     assert len([r for r in record if r.category is SamplingWarning]) == len(messages) == 3
     assert "1 divergent" in messages[0] and "target_accept_prob" in messages[0]
     assert "R-hat of " in messages[1] and "num_warmup" in messages[1]
     assert "increase num_samples" in messages[2]
+
+
+def test_energy_and_step_size_recorded_for_bfmi(ppca_fit):
+    """ArviZ's BFMI needs the Hamiltonian energy per draw; healthy chains have BFMI well above 0.3."""
+    from bayespca.posterior import to_datatree
+
+    X, _, draws = ppca_fit
+    tree = to_datatree(draws, X, log_likelihood=False)
+    bfmi = np.asarray(az.bfmi(tree)["energy"].values)
+    assert bfmi.shape == (4,) and np.all(bfmi > 0.3)
+    assert np.all(draws.sample_stats["step_size"] > 0)
 
 
 def test_procrustes_aligned_loadings_converge_to_the_ml_solution(ppca_fit):
@@ -157,17 +288,11 @@ def test_procrustes_aligned_loadings_converge_to_the_ml_solution(ppca_fit):
     from bayespca.inference.closed_form import ppca_closed_form
 
     X, _, polar = ppca_fit
-    fit = fit_nuts(
-        X,
-        2,
-        identification="procrustes",
-        num_warmup=300,
-        num_samples=300,
-        num_chains=4,
-        chain_method="vectorized",
-        random_state=1,
+    fit = _fit(
+        X, 2, identification="procrustes", num_warmup=300, num_samples=300, num_chains=4,
+        chain_method="vectorized", random_state=1,
     )
-    draws = fit.loadings
+    draws = fit.draws.loadings
     for series in np.moveaxis(draws.reshape(4, 300, -1), -1, 0):
         assert az.rhat(series) < 1.01
     # n = 400: the posterior mean sits within a fraction of a posterior sd of the ML fit.
@@ -176,7 +301,7 @@ def test_procrustes_aligned_loadings_converge_to_the_ml_solution(ppca_fit):
     assert np.max(np.abs(draws.mean((0, 1)) - ml) / sd) < 1.0
     # Same likelihood, a different parameterisation: the rotation-invariant posterior agrees with polar's.
     for ours, theirs in [
-        (fit.noise[..., 0], polar.noise[..., 0]),
+        (fit.draws.noise[..., 0], polar.noise[..., 0]),
         *zip(
             np.moveaxis(np.linalg.svd(draws, compute_uv=False) ** 2, -1, 0),
             np.moveaxis(np.linalg.svd(polar.loadings, compute_uv=False) ** 2, -1, 0),
@@ -184,3 +309,15 @@ def test_procrustes_aligned_loadings_converge_to_the_ml_solution(ppca_fit):
         ),
     ]:
         assert abs(ours.mean() - theirs.mean()) < 0.3 * theirs.std()
+
+
+def test_estimators_store_the_draws_of_the_contract():
+    """PPCA/FactorAnalysis keep the runner's draws, and a refit by another method clears them."""
+    X, _ = _data(120, 5, 1, 0.5, seed=11)
+    options = {"num_warmup": 100, "num_samples": 100, "num_chains": 1, "random_state": 0}
+    fa = FactorAnalysis(1, method="nuts", **options).fit(X)
+    assert fa.loadings_samples_.shape == (1, 100, 5, 1) and fa.posterior_ is not None
+    fa.set_params(method="em").fit(X)
+    assert fa.nuts_ is None and not hasattr(fa, "posterior_") and not hasattr(fa, "loadings_samples_")
+    ppca_ = PPCA(1, method="nuts", num_warmup=100, num_samples=100, num_chains=1, random_state=0).fit(X)
+    assert int(ppca_.sample_stats_["n_steps"].shape[1]) == 100

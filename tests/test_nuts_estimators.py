@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from bayespca import gaussian
-from bayespca.inference.nuts import SamplingWarning
+from bayespca.posterior import SamplingWarning
 from bayespca.probabilistic import PPCA, FactorAnalysis
 
 
@@ -163,7 +163,7 @@ def test_loo_invariant_to_rotating_draws(small):
     fit = model.nuts_
     q = np.linalg.qr(rng.normal(size=(*fit.loadings.shape[:2], 2, 2)))[0]
     rotated = type(fit)(**{**fit.__dict__, "loadings": fit.loadings @ q})
-    from bayespca.inference.nuts import to_datatree
+    from bayespca.posterior import to_datatree
 
     rot_tree = to_datatree(rotated, tree["observed_data"]["X"].values)
     assert az.loo(rot_tree, reff=1.0).elpd == pytest.approx(elpd, rel=1e-10)

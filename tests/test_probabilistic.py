@@ -349,7 +349,7 @@ def test_ppca_svi_map_reaches_closed_form():
         (PPCA(9), "n_components must be None or an int in \\[1, 8\\]"),
         (PPCA(0), "n_components must be"),
         (FactorAnalysis(8), "n_components must be None or an int in \\[1, 7\\]"),
-        (FactorAnalysis(2, rotation="equamax"), "rotation must be None or one of"),
+        (FactorAnalysis(2, rotation="equamax"), "rotation must be one of"),
         (PPCA(2, tol=-1.0), "tol must be"),
         (PPCA(2, max_iter=0), "max_iter must be"),
         (FactorAnalysis(2, noise_floor=0.0), "noise_floor must be"),

@@ -7,7 +7,10 @@ from sklearn.decomposition import FactorAnalysis
 from threadpoolctl import threadpool_limits
 
 import bayespca  # noqa: F401  (sets float64)
-from bayespca.inference.svi import SVIFit, fit_svi
+from bayespca import PPCA
+from bayespca.inference.contract import Fit, ModelSpec
+from bayespca.inference.svi import fit_svi
+from bayespca.statistics import prepare
 
 N, D, K = 1000, 20, 3
 
@@ -19,6 +22,10 @@ def _one_blas_thread():
     # 100x slower, measured). Results do not depend on the thread count.
     with threadpool_limits(limits=1, user_api="blas"):
         yield
+
+
+def _svi(X, k, noise="isotropic", priors=None, **options) -> Fit:
+    return fit_svi(prepare(X), ModelSpec(noise, k, prior=priors), **options)
 
 
 def _loglik(g, X):
@@ -60,10 +67,10 @@ def ppca_data():
 
 @pytest.mark.parametrize("init", ["svd", "random"])
 def test_delta_flat_priors_reach_closed_form_ml(ppca_data, init):
-    fit = fit_svi(ppca_data, K, priors="flat", init=init, random_state=0)
+    fit = _svi(ppca_data, K, priors="flat", init=init, random_state=0)
     WWt, sigma2, loglik = _closed_form(ppca_data, K)
     ours = _loglik(fit.gaussian, ppca_data)
-    assert fit.converged and fit.n_steps == fit.losses.size < 5000
+    assert fit.converged and fit.n_iter == fit.trace.size < 5000
     assert abs(ours - loglik) / abs(loglik) < 1e-10
     g = fit.gaussian
     np.testing.assert_allclose(
@@ -72,11 +79,11 @@ def test_delta_flat_priors_reach_closed_form_ml(ppca_data, init):
     np.testing.assert_allclose(g.noise, sigma2, rtol=1e-8)
     np.testing.assert_allclose(g.mean, ppca_data.mean(axis=0), atol=1e-9 * ppca_data.std())
     # Flat priors: the loss is -log p(X | theta), in data units.
-    np.testing.assert_allclose(fit.losses[-1], -ours, rtol=1e-10)
+    np.testing.assert_allclose(fit.trace[-1], -ours, rtol=1e-10)
 
 
 def test_delta_default_priors_is_map_near_ml(ppca_data):
-    fit = fit_svi(ppca_data, K, random_state=0)
+    fit = _svi(ppca_data, K, random_state=0)
     _, _, loglik = _closed_form(ppca_data, K)
     ours = _loglik(fit.gaussian, ppca_data)
     assert fit.converged
@@ -90,9 +97,11 @@ def test_delta_default_priors_is_map_near_ml(ppca_data):
         + stats.halfnorm(scale=overall).logpdf(np.sqrt(g.noise[0]))
         + stats.norm(m, 10 * s).logpdf(g.mean).sum()
     )
-    np.testing.assert_allclose(fit.losses[-1], -(ours + log_prior), rtol=1e-10)
-    draws = fit.sample_posterior(3, random_state=0)
-    np.testing.assert_array_equal(draws.loadings, np.broadcast_to(g.loadings, (3, D, K)))
+    np.testing.assert_allclose(fit.trace[-1], -(ours + log_prior), rtol=1e-10)
+    draws = fit.details.sample_posterior(3, random_state=0)
+    # Every draw of a delta guide is its point (Fit.gaussian is its canonical rotation).
+    wwt = np.einsum("sdk,sek->sde", draws.loadings, draws.loadings)
+    np.testing.assert_allclose(wwt, np.broadcast_to(g.loadings @ g.loadings.T, (3, D, D)), rtol=1e-12)
 
 
 def test_factor_analysis_matches_sklearn():
@@ -102,7 +111,7 @@ def test_factor_analysis_matches_sklearn():
     X = rng.normal(size=(N, K)) @ W.T + rng.normal(size=(N, D)) * np.sqrt(psi)
     sk = FactorAnalysis(K, tol=1e-10, max_iter=20000, svd_method="lapack").fit(X)
     reference = sk.score(X) * N
-    fit = fit_svi(X, K, noise="diagonal", priors="flat", random_state=0)
+    fit = _svi(X, K, noise="diagonal", priors="flat", random_state=0)
     ours = _loglik(fit.gaussian, X)
     assert fit.converged
     assert abs(ours - reference) / abs(reference) < 1e-7
@@ -137,7 +146,7 @@ def test_missing_values_reach_the_observed_data_ml():
     ref = optimize.minimize(negloglik, start, method="BFGS", options={"gtol": 1e-8})
     W_ref, _, _ = unpack(ref.x)
 
-    fit = fit_svi(X, k, priors="flat", random_state=0)
+    fit = _svi(X, k, priors="flat", random_state=0)
     ours = _loglik(fit.gaussian, X)
     assert fit.converged
     assert ours >= -ref.fun - 1e-7 * abs(ref.fun)
@@ -148,7 +157,7 @@ def test_missing_values_reach_the_observed_data_ml():
 
 
 def test_minibatch_gets_close(ppca_data):
-    fit = fit_svi(ppca_data, K, priors="flat", batch_size=100, init="random", random_state=3)
+    fit = _svi(ppca_data, K, priors="flat", batch_size=100, init="random", random_state=3)
     _, _, loglik = _closed_form(ppca_data, K)
     assert abs(_loglik(fit.gaussian, ppca_data) - loglik) / abs(loglik) < 1e-3
 
@@ -174,10 +183,10 @@ def test_gaussian_guides_locate_and_spread_like_the_posterior(guide):
     rng = np.random.default_rng(4)
     n, d, k = 400, 6, 1
     X = rng.normal(size=(n, k)) @ rng.normal(size=(d, k)).T + 0.5 * rng.normal(size=(n, d))
-    fit = fit_svi(X, k, guide=guide, priors="flat", num_steps=2000, random_state=0)
+    fit = _svi(X, k, guide=guide, priors="flat", num_steps=2000, random_state=0)
     _, sigma2, loglik = _closed_form(X, k)
     assert abs(_loglik(fit.gaussian, X) - loglik) / abs(loglik) < 1e-4
-    draws = fit.sample_posterior(4000, random_state=1)
+    draws = fit.details.sample_posterior(4000, random_state=1)
     log_sigma = 0.5 * np.log(draws.noise[:, 0])
     expected_sd = 1 / np.sqrt(_laplace_log_sigma_precision(X, fit.gaussian))
     np.testing.assert_allclose(log_sigma.std(), expected_sd, rtol=0.1)
@@ -189,47 +198,57 @@ def test_out_of_steps_is_reported_and_runs_are_reproducible(capsys):
     rng = np.random.default_rng(5)
     X = rng.normal(size=(50, 1)) @ rng.normal(size=(1, 4)) * 3 + rng.normal(size=(50, 4))
     kwargs = {"init": "random", "num_steps": 200, "batch_size": 20, "random_state": 0}
-    fit = fit_svi(X, 1, progress_bar=True, **kwargs)
-    assert isinstance(fit, SVIFit)
-    assert not fit.converged and fit.n_steps == 200 and fit.losses.shape == (200,)
-    assert fit.losses[-10:].mean() < fit.losses[:10].mean()
+    fit = _svi(X, 1, progress_bar=True, **kwargs)
+    assert isinstance(fit, Fit)
+    assert not fit.converged and fit.n_iter == 200 and fit.trace.shape == (200,)
+    assert fit.trace[-10:].mean() < fit.trace[:10].mean()
     assert "SVI" in capsys.readouterr().err
-    again = fit_svi(X, 1, **kwargs)
-    np.testing.assert_array_equal(fit.losses, again.losses)
+    again = _svi(X, 1, **kwargs)
+    np.testing.assert_array_equal(fit.trace, again.trace)
     np.testing.assert_array_equal(fit.gaussian.loadings, again.gaussian.loadings)
-    other = fit_svi(X, 1, **{**kwargs, "random_state": 1})
-    assert not np.array_equal(fit.losses, other.losses)
+    other = _svi(X, 1, **{**kwargs, "random_state": 1})
+    assert not np.array_equal(fit.trace, other.trace)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"n_components": 4}, ValueError, r"between 1 and n_features - 1 = 3; got 4"),
-        ({"n_components": 0}, ValueError, "n_components must be a positive int; got 0"),
-        ({"noise": "spherical"}, ValueError, r"noise must be one of \('isotropic', 'diagonal'\)"),
         ({"guide": "laplace"}, ValueError, "guide must be one of"),
         ({"init": "pca"}, ValueError, "init must be one of"),
-        ({"num_steps": 0}, ValueError, "num_steps must be a positive int; got 0"),
-        ({"learning_rate": -0.1}, ValueError, "learning_rate must be a positive finite number"),
-        ({"tol": float("nan")}, ValueError, "tol must be a positive finite number; got nan"),
-        ({"batch_size": 11}, ValueError, "batch_size must be at most n_samples = 10; got 11"),
-        ({"priors": "weak"}, ValueError, "got the string 'weak'"),
-        ({"random_state": "seed"}, ValueError, "random_state must be None, an int"),
+        ({"num_steps": 0}, ValueError, "num_steps must be an int >= 1; got 0"),
+        ({"learning_rate": -0.1}, ValueError, "learning_rate must be a finite number > 0"),
+        ({"tol": float("nan")}, ValueError, "tol must be a finite number > 0; got nan"),
+        ({"batch_size": 11}, ValueError, "batch_size must be an int >= 1 and <= 10 or None; got 11"),
+        ({"priors": "weak"}, ValueError, "prior must be None, 'flat', 'ard', 'horseshoe'"),
+        ({"random_state": "seed"}, TypeError, "random_state must be None, an int"),
     ],
 )
 def test_bad_arguments_are_named(kwargs, error, match):
     X = np.random.default_rng(6).normal(size=(10, 4))
-    kwargs = {"n_components": 1, **kwargs}
     with pytest.raises(error, match=match):
-        fit_svi(X, kwargs.pop("n_components"), **kwargs)
+        _svi(X, 1, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"n_components": 5}, ValueError, r"n_components must be None or an int in \[1, 4\]"),
+        ({"n_components": 0}, ValueError, "n_components must be None or an int in"),
+        ({"prior": "weak"}, ValueError, "prior must be None, 'flat', 'ard', 'horseshoe'"),
+    ],
+)
+def test_bad_model_arguments_are_named_before_fitting(kwargs, error, match):
+    X = np.random.default_rng(6).normal(size=(10, 4))
+    with pytest.raises(error, match=match):
+        PPCA(method="svi", **{"n_components": 1, **kwargs}).fit(X)
 
 
 def test_bad_data_is_named():
     X = np.random.default_rng(7).normal(size=(10, 4))
     X[:, 2] = np.nan
     with pytest.raises(ValueError, match=r"no observed value \(column indices \[2\]\)"):
-        fit_svi(X, 1)
+        PPCA(1, method="svi").fit(X)
     with pytest.raises(ValueError, match="infinity"):
-        fit_svi(np.full((10, 4), np.inf), 1)
+        PPCA(1, method="svi").fit(np.full((10, 4), np.inf))
     with pytest.raises(ValueError, match="must be 2-D"):
-        fit_svi(np.ones(10), 1)
+        PPCA(1, method="svi").fit(np.ones(10))

@@ -19,9 +19,11 @@ import numpy as np
 
 from bayespca.gaussian import LowRankGaussian
 
-__all__ = ["NOISE_KINDS", "Draws", "Fit", "ModelSpec"]
+__all__ = ["IDENTIFICATIONS", "NOISE_KINDS", "Draws", "Fit", "ModelSpec"]
 
 NOISE_KINDS = ("isotropic", "diagonal")
+#: How the Bayesian methods identify ``W`` (see :mod:`bayespca.models`).
+IDENTIFICATIONS = ("polar", "lower_triangular", "procrustes", "none")
 
 
 @dataclass(frozen=True)

@@ -51,37 +51,26 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from numpyro import handlers
-from numpyro.distributions import constraints
-from numpyro.distributions.transforms import AffineTransform
 from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.autoguide import AutoDelta, AutoLowRankMultivariateNormal, AutoNormal
 from numpyro.infer.initialization import init_to_value
-from sklearn.utils import check_random_state
 from threadpoolctl import threadpool_limits
 
-from bayespca.data import as_float_matrix
-from bayespca.gaussian import LowRankGaussian
+from bayespca import priors as prior_classes
+from bayespca.gaussian import LowRankGaussian, canonical_loadings, log_prob
+from bayespca.inference.contract import Draws, Fit, ModelSpec
 from bayespca.linalg import centred_scatter
-from bayespca.models import (
-    Horseshoe,
-    Priors,
-    SufficientStatistics,
-    _as_site_distribution,
-    _canonical_columns,
-    _horseshoe_start,
-    factor_analysis,
-    ppca,
-    resolve_priors,
-)
+from bayespca.models import MODELS
+from bayespca.params import as_generator, as_key, check_choice, check_number
+from bayespca.statistics import Prepared, SufficientStatistics
 
-__all__ = ["SVIFit", "fit_svi"]
+__all__ = ["SVIResult", "fit_svi"]
 
 _GUIDES = {
     "delta": AutoDelta,
     "normal": AutoNormal,
     "lowrank": AutoLowRankMultivariateNormal,
 }
-_MODELS = {"isotropic": ppca, "diagonal": factor_analysis}
 _NOISE_SITE = {"isotropic": "sigma", "diagonal": "psi"}
 # Final step size as a fraction of the first.
 _LR_DECAY = 1e-3
@@ -96,26 +85,11 @@ _STOCHASTIC_WINDOW = 5
 
 
 @dataclasses.dataclass(frozen=True)
-class SVIFit:
-    """Result of :func:`fit_svi`.
+class SVIResult:
+    """What an SVI fit adds to its :class:`~bayespca.inference.contract.Fit` (``Fit.details``).
 
     Attributes
     ----------
-    gaussian : LowRankGaussian
-        Point estimate ``(W, psi, mu)`` in data units, NumPy float64: the
-        MAP (the guide's point) for ``guide="delta"``; for ``"normal"`` and
-        ``"lowrank"`` the guide's marginal *medians* (the Normal means in
-        the unconstrained space, mapped through the positivity transform for
-        the noise).
-    losses : ndarray of shape (n_steps,)
-        Negative ELBO at each step, in data units (the standardisation's
-        constant is added back). For ``"delta"`` it is
-        ``-log p(X, theta)`` at the current point (up to the constant of
-        improper priors); with minibatches, an unbiased estimate.
-    n_steps : int
-        Optimisation steps taken.
-    converged : bool
-        Whether the convergence test passed before ``num_steps``.
     guide : numpyro AutoGuide
         The fitted guide (in standardised coordinates).
     params : dict
@@ -123,28 +97,13 @@ class SVIFit:
     noise : {"isotropic", "diagonal"}
     shift, scale : ndarray of shape (d,), float
         Standardisation: data = shift + scale * standardised.
-    draws : LowRankGaussian or None
-        Horseshoe prior only: guide draws of ``(W, psi, mu)`` in data units
-        (leading axis of length 2000), columns of ``W`` in the canonical
-        order and sign of :func:`bayespca.models._canonical_columns`;
-        ``gaussian`` is then their mean (loadings) and the guide's medians
-        (noise, mean), and its ``W`` is not rotated to a canonical basis.
-        (:meth:`sample_posterior` draws in the guide's own column order.)
-    shrinkage : ndarray of shape (2000, d, k) or None
-        Horseshoe prior only: the draws of the shrinkage factors ``kappa``.
     """
 
-    gaussian: LowRankGaussian
-    losses: np.ndarray
-    n_steps: int
-    converged: bool
     guide: Any
     params: dict
     noise: str
     shift: np.ndarray
     scale: float
-    draws: LowRankGaussian | None = None
-    shrinkage: np.ndarray | None = None
 
     def sample_posterior(self, num_samples: int, random_state: Any = None) -> LowRankGaussian:
         """Draw ``(W, psi, mu)`` from the fitted guide, in data units.
@@ -152,7 +111,7 @@ class SVIFit:
         Parameters
         ----------
         num_samples : int
-        random_state : None, int or numpy RandomState
+        random_state : None, int, Generator or RandomState
 
         Returns
         -------
@@ -161,28 +120,9 @@ class SVIFit:
             loadings (S, d, k), noise (S, d), mean (S, d). For the delta guide
             all draws equal the point estimate.
         """
-        if (
-            isinstance(num_samples, bool)
-            or not isinstance(num_samples, int | np.integer)
-            or (num_samples < 1)
-        ):
-            raise ValueError(f"num_samples must be a positive int; got {num_samples!r}.")
-        key = _key(random_state)
-        draws = self.guide.sample_posterior(key, self.params, sample_shape=(int(num_samples),))
+        num_samples = check_number(num_samples, "num_samples", integer=True, low=1)
+        draws = self.guide.sample_posterior(as_key(random_state), self.params, sample_shape=(num_samples,))
         return _to_data_units(draws, self.noise, self.shift, self.scale)
-
-
-def _random_state(random_state: Any) -> np.random.RandomState:
-    try:
-        return check_random_state(random_state)
-    except ValueError:
-        raise ValueError(
-            f"random_state must be None, an int or a numpy RandomState; got {random_state!r}."
-        ) from None
-
-
-def _key(random_state: Any) -> jax.Array:
-    return jax.random.key(_random_state(random_state).randint(np.iinfo(np.int32).max))
 
 
 def _to_data_units(values: dict, noise: str, shift: np.ndarray, scale: float) -> LowRankGaussian:
@@ -198,36 +138,30 @@ def _to_data_units(values: dict, noise: str, shift: np.ndarray, scale: float) ->
 
 
 def _standardised_priors(
-    priors: Priors, noise: str, shift: np.ndarray, scale: float, d: int, k: int
-) -> tuple[Priors, float]:
-    """The same priors expressed on standardised parameters.
+    priors: prior_classes.Priors, noise: str, shift: np.ndarray, scale: float, d: int, k: int
+) -> tuple[prior_classes.Priors, float]:
+    """The same (resolved, data-unit) priors expressed on standardised parameters.
 
     If ``theta ~ p`` in data units, the standardised ``(theta - a) / b`` has
-    the pushforward density; ``TransformedDistribution`` carries the Jacobian.
-    Flat (improper) priors stay flat. Also returns the log-Jacobian, in
-    units of ``log(scale)``, of the parameters whose prior was transformed:
-    the standardised log prior density exceeds the original by that much.
+    the pushforward density; ``TransformedDistribution`` carries the
+    Jacobian, loadings priors rescale their own hyper-parameters. Improper
+    priors stay flat. Also returns the power of ``scale`` by which the
+    standardised prior density exceeds the original.
     """
-    jacobian = 0.0
+    loadings = priors.loadings.to_units(scale)
+    jacobian = loadings.site_units(d, k) if loadings.proper else 0
 
-    def push(prior, shape, field, loc, power, domain=constraints.real):
+    def push(prior, power, loc=0.0):
         nonlocal jacobian
-        if isinstance(prior, Horseshoe):
-            # Its sampled variables are unit-free: only the slab's scale changes units.
-            return prior._replace(slab_scale=prior.slab_scale / scale)
-        site = _as_site_distribution(prior, shape, field)
         if isinstance(prior, dist.ImproperUniform):
-            return site
-        jacobian += power * math.prod(shape)
-        transform = AffineTransform(loc, scale ** (-power), domain=domain)
-        return dist.TransformedDistribution(site, transform)
+            return prior
+        jacobian += power * math.prod(prior.event_shape)
+        return prior_classes.pushforward(prior, scale ** (-power), loc)
 
     # sigma is a standard deviation (scales as x); psi is a variance (as x^2).
-    noise_shape, noise_power = ((), 1) if noise == "isotropic" else ((d,), 2)
-    std = Priors(
-        push(priors.loadings, (d, k), "loadings", 0.0, 1),
-        push(priors.noise, noise_shape, "noise", 0.0, noise_power, constraints.positive),
-        push(priors.mean, (d,), "mean", -shift / scale, 1),
+    noise_power = 1 if noise == "isotropic" else 2
+    std = prior_classes.Priors(
+        loadings, push(priors.noise, noise_power), push(priors.mean, 1, -shift / scale)
     )
     return std, jacobian
 
@@ -256,28 +190,6 @@ def _initial_values(Xs: np.ndarray, observed: np.ndarray | None, k: int, noise: 
     return values
 
 
-def _check_choice(value: Any, name: str, accepted) -> None:
-    if not isinstance(value, str) or value not in accepted:
-        raise ValueError(f"{name} must be one of {tuple(accepted)}; got {value!r}.")
-
-
-def _check_number(value: Any, name: str, *, integer: bool = False, allow_none: bool = False):
-    if value is None and allow_none:
-        return None
-    kind = int | np.integer if integer else int | float | np.integer | np.floating
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, kind)
-        or not value > 0
-        or (not integer and not math.isfinite(value))
-    ):
-        what = "a positive int" if integer else "a positive finite number"
-        raise ValueError(
-            f"{name} must be {what}{' or None' if allow_none else ''}; got {value!r}."
-        )
-    return int(value) if integer else float(value)
-
-
 def _converged(previous: np.ndarray, current: np.ndarray, tol: float) -> bool:
     """Whether the mean loss stopped changing between two windows of steps.
 
@@ -294,10 +206,9 @@ def _converged(previous: np.ndarray, current: np.ndarray, tol: float) -> bool:
 
 
 def fit_svi(
-    X: Any,
-    n_components: int,
+    prepared: Prepared,
+    spec: ModelSpec,
     *,
-    noise: str = "isotropic",
     guide: str = "delta",
     num_steps: int = 5000,
     learning_rate: float = 0.05,
@@ -305,9 +216,8 @@ def fit_svi(
     tol: float = 1e-7,
     random_state: Any = None,
     progress_bar: bool = False,
-    priors: Any = None,
     init: str = "svd",
-) -> SVIFit:
+) -> Fit:
     """Fit pPCA or factor analysis by stochastic variational inference.
 
     Maximises the ELBO of the marginal model ``x_i ~ N(mu, W W^T + Psi)``
@@ -319,13 +229,19 @@ def fit_svi(
 
     Parameters
     ----------
-    X : array-like of shape (n, d)
-        Data; NaN marks a missing entry (missing at random): each row then
-        contributes the density of its observed entries.
-    n_components : int
-        k, with ``1 <= k < d``.
-    noise : {"isotropic", "diagonal"}, default="isotropic"
-        pPCA (``Psi = sigma^2 I``) or factor analysis (``Psi = diag(psi)``).
+    prepared : Prepared
+        Data (:func:`bayespca.statistics.prepare`); NaN marks a missing entry
+        (missing at random): each row then contributes the density of its
+        observed entries.
+    spec : ModelSpec
+        ``noise`` (pPCA or FA), ``n_components`` (``1 <= k <= d``) and
+        ``prior`` (read by :func:`bayespca.priors.as_priors`): None for the
+        scale-aware defaults, ``"flat"`` for improper flat priors (then the
+        delta guide gives the maximum-likelihood estimate), ``"ard"``,
+        ``"horseshoe"`` (it needs ``guide="normal"`` or ``"lowrank"``: the
+        MAP of a horseshoe is no sparse estimate, the density is unbounded at
+        0; it starts from the varimax rotation of the initial loadings and
+        fills ``Fit.draws``).
     guide : {"delta", "normal", "lowrank"}, default="delta"
         ``AutoDelta`` (MAP point), ``AutoNormal`` or
         ``AutoLowRankMultivariateNormal``.
@@ -348,22 +264,16 @@ def fit_svi(
         Seeds the guide's draws, the minibatches and ``init="random"``.
     progress_bar : bool, default=False
         Show a tqdm progress bar with the current loss.
-    priors : None, "flat", "horseshoe", Priors or dict
-        As in :func:`bayespca.models.ppca`: None for the scale-aware
-        defaults, ``"flat"`` for improper flat priors (then the delta guide
-        gives the maximum-likelihood estimate). ``"horseshoe"`` (or
-        ``Priors(loadings=Horseshoe(...))``): the regularised horseshoe on
-        the entries of ``W``; it needs ``guide="normal"`` or ``"lowrank"``
-        (the MAP of a horseshoe is no sparse estimate: the density is
-        unbounded at 0), starts from the varimax rotation of the initial
-        loadings, and fills ``draws`` and ``shrinkage``.
     init : {"svd", "random"}, default="svd"
         Start from the closed-form pPCA of the mean-filled data, or from
         small random loadings (to study the optimiser).
 
     Returns
     -------
-    SVIFit
+    Fit
+        In data units; ``trace`` holds the loss per step, ``details`` an
+        :class:`SVIResult` (the guide, to draw from), ``draws`` the guide's
+        draws with the horseshoe.
 
     Raises
     ------
@@ -388,36 +298,26 @@ def fit_svi(
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(200, 2)) @ rng.normal(size=(2, 5)) + 0.3 * rng.normal(size=(200, 5))
-    >>> fit = fit_svi(X, 2, priors="flat", random_state=0)
+    >>> from bayespca.statistics import prepare
+    >>> fit = fit_svi(prepare(X), ModelSpec("isotropic", 2, prior="flat"), random_state=0)
     >>> evals = np.linalg.eigvalsh(np.cov(X.T, bias=True))
     >>> bool(np.isclose(fit.gaussian.noise[0], evals[:3].mean(), rtol=1e-6))
     True
     """
-    arr = as_float_matrix(X, name="X", allow_nan=True)
+    arr = prepared.X * prepared.scale  # exact: its own standardisation follows
     n, d = arr.shape
-    k = _check_number(n_components, "n_components", integer=True)
-    if k >= d:
-        raise ValueError(f"n_components must be between 1 and n_features - 1 = {d - 1}; got {k}.")
-    _check_choice(noise, "noise", _MODELS)
-    _check_choice(guide, "guide", _GUIDES)
-    _check_choice(init, "init", ("svd", "random"))
-    num_steps = _check_number(num_steps, "num_steps", integer=True)
-    learning_rate = _check_number(learning_rate, "learning_rate")
-    tol = _check_number(tol, "tol")
-    batch_size = _check_number(batch_size, "batch_size", integer=True, allow_none=True)
-    if batch_size is not None and batch_size > n:
-        raise ValueError(f"batch_size must be at most n_samples = {n}; got {batch_size}.")
+    noise, k = spec.noise, spec.n_components
+    check_choice(guide, "guide", _GUIDES)
+    check_choice(init, "init", ("svd", "random"))
+    num_steps = check_number(num_steps, "num_steps", integer=True, low=1)
+    learning_rate = check_number(learning_rate, "learning_rate", low=0, low_open=True)
+    tol = check_number(tol, "tol", low=0, low_open=True)
+    batch_size = check_number(batch_size, "batch_size", integer=True, low=1, high=n, allow_none=True)
     if batch_size == n:
         batch_size = None
-
-    nan = np.isnan(arr)
-    has_missing = bool(nan.any())
+    nan = np.isnan(arr) if prepared.missing is None else prepared.missing
+    has_missing = prepared.missing is not None
     observed = ~nan if has_missing else None
-    if has_missing and nan.all(axis=0).any():
-        raise ValueError(
-            "X has features with no observed value (column indices "
-            f"{np.flatnonzero(nan.all(axis=0))[:10].tolist()}); drop them."
-        )
     shift = np.nanmean(arr, axis=0)
     scale = float(np.sqrt(np.mean(np.nanvar(arr, axis=0))))
     if not scale > 0:
@@ -425,8 +325,11 @@ def fit_svi(
     Xs = (arr - shift) / scale
     Xs[nan] = 0.0
 
-    data_priors = resolve_priors(priors, noise=noise, X=arr, suff_stats=None, d=d)
-    horseshoe = isinstance(data_priors.loadings, Horseshoe)
+    given = prior_classes.as_priors(spec.prior)
+    if isinstance(given.loadings, prior_classes.Horseshoe):
+        given.loadings.check(d)
+    data_priors = prior_classes.resolve(given, noise, prior_classes.data_scales(X=arr))
+    horseshoe = isinstance(data_priors.loadings, prior_classes.Horseshoe)
     if horseshoe and guide == "delta":
         raise ValueError(
             "guide must be 'normal' or 'lowrank' with the horseshoe prior (its MAP is not a "
@@ -434,24 +337,23 @@ def fit_svi(
         )
     std_priors, prior_jacobian = _standardised_priors(data_priors, noise, shift, scale, d, k)
     model = functools.partial(
-        _MODELS[noise], n_components=k, subsample_size=batch_size, has_missing=has_missing
+        MODELS[noise], n_components=k, identification="none", subsample_size=batch_size,
+        has_missing=has_missing,
     )
     if batch_size is not None:
         model = _with_rows_drawn_with_replacement(model, n, batch_size)
-    rng = _random_state(random_state)
+    rng = as_generator(random_state)
     init_values = _initial_values(Xs, observed, k, noise)
     if init == "random":
         init_values["W"] = 0.1 * rng.standard_normal((d, k))
         init_values[_NOISE_SITE[noise]] = np.ones(()) if noise == "isotropic" else np.ones(d)
+    w0 = init_values.pop("W")
     if horseshoe:
         from bayespca.rotations import rotate
 
-        w0 = np.asarray(rotate(init_values.pop("W"), "varimax").loadings)
-        noise0 = init_values[_NOISE_SITE[noise]] ** (2 if noise == "isotropic" else 1)
-        start = _horseshoe_start(w0, np.broadcast_to(noise0, (d,)), std_priors.loadings, n)
-        init_values.update(
-            W_z=start["z"], W_lambda=start["local"], W_tau=start["global_"], W_c2=start["slab"]
-        )
+        w0 = np.asarray(rotate(w0, "varimax").loadings)
+    noise0 = init_values[_NOISE_SITE[noise]] ** (2 if noise == "isotropic" else 1)
+    init_values.update(std_priors.loadings.start(w0, np.broadcast_to(noise0, (d,)), n))
     guide_kwargs = {"init_loc_fn": init_to_value(values=init_values)}
     if guide != "delta":
         # Posterior sds of standardised parameters are O(1/sqrt(n)).
@@ -460,7 +362,7 @@ def fit_svi(
 
     schedule = functools.partial(_decaying_step, lr=learning_rate, num_steps=num_steps)
     svi = SVI(model, auto_guide, numpyro.optim.Adam(schedule), Trace_ELBO())
-    key = jax.random.key(rng.randint(np.iinfo(np.int32).max))
+    key = as_key(rng)
     # Complete data over all rows enter the likelihood only through
     # (n, mean, scatter): one step then costs O(d^2 k), whatever n.
     use_stats = batch_size is None and not has_missing
@@ -468,10 +370,10 @@ def fit_svi(
         stats = SufficientStatistics(
             np.float64(n), Xs.mean(axis=0), centred_scatter(Xs, Xs.mean(0))
         )
-        model_args = ((None,), {"priors": std_priors, "suff_stats": stats})
+        model_args = ((None,), {"prior": std_priors, "suff_stats": stats})
     else:
         data = jnp.asarray(np.where(nan, np.nan, Xs)) if has_missing else jnp.asarray(Xs)
-        model_args = ((data,), {"priors": std_priors})
+        model_args = ((data,), {"prior": std_priors})
     # A deterministic objective (delta guide, all rows) ends at its optimum;
     # a stochastic one is judged on longer windows and summarised by its
     # averaged iterates.
@@ -495,39 +397,30 @@ def fit_svi(
         )
     params = averaged if stochastic else svi.get_params(state)
     point = _to_data_units(auto_guide.median(params), noise, shift, scale)
-    draws = shrinkage = None
+    draws = None
     if horseshoe:
-        sites = auto_guide.sample_posterior(
-            jax.random.key(rng.randint(np.iinfo(np.int32).max)),
-            params,
-            sample_shape=(_HORSESHOE_DRAWS,),
-        )
-        draws = _to_data_units(sites, noise, shift, scale)
-        w, shrinkage = _canonical_columns(np.asarray(draws.loadings), np.asarray(sites["kappa"]))
-        draws = LowRankGaussian(w, draws.noise, draws.mean)
+        sites = auto_guide.sample_posterior(as_key(rng), params, sample_shape=(_HORSESHOE_DRAWS,))
+        sampled = _to_data_units(sites, noise, shift, scale)
+        w, kappa = prior_classes.canonical_columns(np.asarray(sampled.loadings), np.asarray(sites["kappa"]))
         point = LowRankGaussian(w.mean(axis=0), point.noise, point.mean)
+        draws = Draws(
+            w[None], np.asarray(sampled.noise)[None], np.asarray(sampled.mean)[None],
+            "signed_permutation", noise, extra={"kappa": kappa[None]},
+        )
+    else:
+        point = canonical_loadings(point)
     # Back to data units: standardising multiplies the data density by
     # scale^n_obs, the transformed priors' density by scale^prior_jacobian,
-    # and divides the guide's density by scale^(all parameters) (variances
-    # counting twice), which the entropy of a non-degenerate guide carries.
-    n_obs = int(n * d - nan.sum())
-    # The horseshoe's sampled variables are unit-free; W is a function of them.
-    n_params = (0 if horseshoe else d * k) + d + (1 if noise == "isotropic" else 2 * d)
-    offset = n_obs + prior_jacobian - (0 if guide == "delta" else n_params)
+    # and divides the guide's density by scale^(units of its sites), which the
+    # entropy of a non-degenerate guide carries.
+    n_obs = prepared.total_observed
+    site_units = std_priors.loadings.site_units(d, k) + d + (1 if noise == "isotropic" else 2 * d)
+    offset = n_obs + prior_jacobian - (0 if guide == "delta" else site_units)
     offset *= math.log(scale)
-    return SVIFit(
-        gaussian=point,
-        losses=losses + offset,
-        n_steps=n_steps,
-        converged=converged,
-        guide=auto_guide,
-        params=params,
-        noise=noise,
-        shift=shift,
-        scale=scale,
-        draws=draws,
-        shrinkage=shrinkage,
-    )
+    g = LowRankGaussian(*(np.asarray(a, dtype=float) for a in point))
+    ll = float(np.sum(log_prob(g, np.where(nan, 0.0, arr), observed)))
+    details = SVIResult(auto_guide, params, noise, shift, scale)
+    return Fit(g, ll, "svi", n_steps, converged, losses + offset, np.zeros(d, bool), draws, details)
 
 
 def _with_rows_drawn_with_replacement(model, n: int, batch_size: int):

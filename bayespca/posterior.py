@@ -1,0 +1,224 @@
+"""Posterior draws of ``(W, Psi, mu)`` as ArviZ data, and the sampler diagnostics users see.
+
+:func:`to_datatree` turns :class:`bayespca.inference.contract.Draws` into an
+ArviZ DataTree with labelled dims (``chain``, ``draw``, ``feature``,
+``component``, ``obs``); :func:`diagnose` warns when the draws cannot be
+trusted. Both look at the rotation-invariant quantities first (noise
+variances, eigenvalues of ``W W^T``, log-likelihood), which mean the same
+under any identification of ``W``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import jax
+import numpy as np
+
+from bayespca.gaussian import LowRankGaussian, log_prob, sample
+from bayespca.inference.contract import Draws
+from bayespca.params import as_key
+
+__all__ = [
+    "SamplingWarning",
+    "diagnose",
+    "pointwise_log_likelihood",
+    "posterior_variables",
+    "to_datatree",
+]
+
+
+def pointwise_log_likelihood(draws: Draws, X: np.ndarray) -> np.ndarray:
+    """Marginal ``log p(x_i | W, Psi, mu)`` per draw and row, shape (chain, draw, n).
+
+    Rows with missing entries (NaN) get the density of their observed block
+    (:func:`bayespca.gaussian.log_prob`).
+    """
+    arr = np.asarray(X, dtype=float)
+    observed = ~np.isnan(arr)
+    values, masked = np.where(observed, arr, 0.0), bool((~observed).any())
+
+    def one(g):
+        return log_prob(LowRankGaussian(*g), values, observed if masked else None)
+
+    out = jax.lax.map(one, tuple(draws.gaussians()))
+    return np.asarray(out).reshape(*draws.loadings.shape[:2], arr.shape[0])
+
+
+def posterior_variables(draws: Draws) -> dict:
+    """Named posterior variables: ``W``, the noise, ``mu`` and the rotation-invariant ones.
+
+    ``eigenvalues`` are those of ``W W^T`` (decreasing, the variance each
+    component adds); ``sigma2`` (pPCA) or ``psi`` (FA) the noise variances;
+    ``alpha`` the ARD precisions when present; ``inclusion`` (``1 - kappa``,
+    the horseshoe's inclusion-like weight of each loading) when present.
+    """
+    out = {"W": draws.loadings, "mu": draws.mean}
+    if draws.noise_kind == "isotropic":
+        out["sigma2"] = draws.noise[..., 0]
+    else:
+        out["psi"] = draws.noise
+    out["eigenvalues"] = np.linalg.svd(draws.loadings, compute_uv=False) ** 2
+    if "alpha" in draws.extra:
+        out["alpha"] = draws.extra["alpha"]
+    if "kappa" in draws.extra:
+        out["inclusion"] = 1.0 - draws.extra["kappa"]
+    return out
+
+
+def to_datatree(
+    draws: Draws,
+    X: np.ndarray,
+    *,
+    feature_names: Any = None,
+    log_likelihood: bool = True,
+    posterior_predictive: bool = False,
+    random_state: Any = None,
+):
+    """The posterior as an ArviZ DataTree.
+
+    Groups: ``posterior`` (variables of :func:`posterior_variables` plus
+    ``log_lik``, the total log-likelihood of the data per draw),
+    ``sample_stats`` (``diverging``, ``n_steps``, ``tree_depth``, ``lp``,
+    ``acceptance_rate``, ``energy``, ``step_size``: what ArviZ's BFMI and
+    energy plots need), ``log_likelihood`` (``X``: the marginal
+    ``log p(x_i | W, Psi, mu)``, dims (chain, draw, obs)), ``observed_data``
+    (``X``, NaN kept) and, on request, ``posterior_predictive`` (``X``: one
+    replicated data set per draw).
+
+    Parameters
+    ----------
+    draws : Draws
+    X : ndarray of shape (n, d)
+        The data the draws were fitted to (data units).
+    feature_names : sequence of str, optional
+        Coordinates of the ``feature`` dim.
+    log_likelihood : bool, default=True
+        Include the pointwise group (draws x rows values).
+    posterior_predictive : bool, default=False
+    random_state : None, int, Generator or RandomState
+        Seeds the posterior predictive draws.
+
+    Returns
+    -------
+    xarray.DataTree
+
+    Examples
+    --------
+    >>> from bayespca import PPCA
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((50, 1)) @ [[2.0, 1.0, -1.0]] + rng.standard_normal((50, 3))
+    >>> fit = PPCA(1, method="nuts", num_warmup=200, num_samples=200, num_chains=1, random_state=0).fit(X)
+    >>> dict(to_datatree(fit.nuts_, X)["log_likelihood"]["X"].sizes)
+    {'chain': 1, 'draw': 200, 'obs': 50}
+    """
+    from arviz_base import from_dict
+
+    arr = np.asarray(X, dtype=float)
+    n, d = arr.shape
+    k = draws.loadings.shape[-1]
+    coords = {
+        "feature": list(feature_names) if feature_names is not None else list(range(d)),
+        "component": list(range(k)),
+        "obs": list(range(n)),
+    }
+    dims = {
+        "W": ["feature", "component"],
+        "mu": ["feature"],
+        "psi": ["feature"],
+        "eigenvalues": ["component"],
+        "alpha": ["component"],
+        "inclusion": ["feature", "component"],
+    }
+    groups = {"posterior": posterior_variables(draws), "sample_stats": dict(draws.sample_stats)}
+    pointwise = pointwise_log_likelihood(draws, arr)
+    groups["posterior"]["log_lik"] = pointwise.sum(-1)
+    if log_likelihood:
+        groups["log_likelihood"] = {"X": pointwise}
+    groups["observed_data"] = {"X": arr}
+    if posterior_predictive:
+        gs = draws.gaussians()
+        keys = jax.random.split(as_key(random_state), gs.loadings.shape[0])
+        reps = jax.lax.map(lambda a: sample(LowRankGaussian(*a[0]), a[1], n), (tuple(gs), keys))
+        groups["posterior_predictive"] = {"X": np.asarray(reps).reshape(*draws.loadings.shape[:2], n, d)}
+    # "X" is (obs, feature) in observed_data and posterior_predictive; from_dict
+    # drops the trailing "feature" for the log_likelihood group (one value per row).
+    dims["X"] = ["obs", "feature"]
+    return from_dict(groups, coords=coords, dims=dims)
+
+
+class SamplingWarning(UserWarning):
+    """NUTS diagnostics flag a problem (divergences, R-hat, effective sample size)."""
+
+
+def _worst(quantities: dict, chains: int) -> tuple[tuple, tuple]:
+    """``(label, R-hat)`` of the largest R-hat and ``(label, ESS)`` of the smallest ESS."""
+    import arviz as az
+
+    worst_rhat, worst_ess = (None, 1.0), (None, np.inf)
+    for name, value in quantities.items():
+        series = value.reshape(*value.shape[:2], -1)
+        for j in range(series.shape[-1]):
+            s = series[..., j]
+            if np.ptp(s) == 0:
+                continue
+            if chains == 1:  # ArviZ gives NaN for one chain: compare its two halves (split R-hat)
+                half = s.shape[1] // 2
+                rhat = float(az.rhat(s[0, : 2 * half].reshape(2, half))) if half >= 2 else 1.0
+            else:
+                rhat = float(az.rhat(s))
+            rhat = rhat if np.isfinite(rhat) else np.inf  # a stuck chain
+            ess = min(float(az.ess(s, method="bulk")), float(az.ess(s, method="tail", prob=0.9)))
+            label = name if series.shape[-1] == 1 else f"{name}[{j}]"
+            if rhat > worst_rhat[1]:
+                worst_rhat = (label, rhat)
+            if ess < worst_ess[1]:
+                worst_ess = (label, ess)
+    return worst_rhat, worst_ess
+
+
+def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_chain: int = 100) -> list:
+    """Warn (:class:`SamplingWarning`) about divergences, R-hat > 1.01 or low ESS; return the messages.
+
+    R-hat and bulk/tail ESS are checked on the rotation-invariant quantities
+    only (noise variances, eigenvalues of ``W W^T``, total log-likelihood
+    when given), which are meaningful whatever the identification. R-hat
+    is ArviZ's rank-normalised split R-hat; a single chain is compared with
+    itself by its two halves.
+    """
+    messages = []
+    n_div = int(draws.sample_stats["diverging"].sum())
+    if n_div:
+        messages.append(
+            f"{n_div} divergent transitions after warm-up: the posterior has regions the step "
+            "size cannot resolve. Increase target_accept_prob (e.g. 0.95 or 0.99), or use "
+            "stronger priors (prior=...)."
+        )
+    # The horseshoe's inclusion weights follow W's labelling: not invariant either.
+    quantities = {k: v for k, v in posterior_variables(draws).items() if k not in ("W", "mu", "inclusion")}
+    if log_lik is not None:
+        quantities["log_lik"] = log_lik
+    chains = draws.loadings.shape[0]
+    (rhat_label, rhat), (ess_label, ess) = _worst(quantities, chains)
+    if not np.isfinite(rhat):
+        messages.append(
+            f"R-hat of {rhat_label} is not finite: a chain did not move. Increase num_warmup, or "
+            "check for too many components (try fewer or prior='ard')."
+        )
+    elif rhat > 1.01:
+        messages.append(
+            f"R-hat of {rhat_label} is {rhat:.3f} > 1.01: draws from different chains (or halves of "
+            "one chain) disagree. "
+            "Increase num_warmup and num_samples, run more chains, or check for several modes "
+            "(e.g. too many components: try fewer or prior='ard')."
+        )
+    if ess < min_ess_per_chain * chains:
+        messages.append(
+            f"Effective sample size of {ess_label} is {ess:.0f} < "
+            f"{min_ess_per_chain * chains} ({min_ess_per_chain} per chain x {chains} chains): "
+            "increase num_samples."
+        )
+    for message in messages:
+        warnings.warn(message, SamplingWarning, stacklevel=3)
+    return messages

@@ -264,12 +264,13 @@ def shown_above(value: float, threshold: float) -> str:
     return repr(float(value))
 
 
-def format_warning(message, *, k=None, chains=None) -> str | None:
+def format_warning(message, *, k=None, chains=None, options=True) -> str | None:
     """One line for a person: the options of this command named, the ``k`` said, R-hat of one chain explained.
 
     A ``n_components=K:`` prefix (the comparison's) becomes ``k``. With one
     chain an R-hat message (R-hat compares chains, so it is undefined) becomes
-    a note that R-hat needs at least 2 chains.
+    a note that R-hat needs at least 2 chains. ``options=False`` keeps the
+    estimators' parameter names (for ``demo``, which has no sampler options).
 
     Examples
     --------
@@ -284,7 +285,7 @@ def format_warning(message, *, k=None, chains=None) -> str | None:
         k, text = int(prefix.group(1)), text[prefix.end():]
     if chains == 1 and text.startswith("R-hat"):
         return "note: R-hat is not computed from one chain: it needs --chains 2 or more"
-    for pattern, option in _OPTION_NAMES.items():
+    for pattern, option in _OPTION_NAMES.items() if options else ():
         text = re.sub(pattern, option, text)
     return f"warning{'' if k is None else f' (k={k})'}: {text}"
 
@@ -600,7 +601,7 @@ def _demo(args) -> int:
     with _collected_warnings() as caught:
         folder = run_demo(folder, small=args.small, random_state=args.seed, progress=args.progress)
     print(folder)
-    _print_warnings([format_warning(message, k=k) for k, _, message in caught])
+    _print_warnings([format_warning(message, k=k, options=False) for k, _, message in caught])
     return 0
 
 

@@ -932,7 +932,7 @@ def _label_trace(collection, var_names) -> None:
     if not handles:
         return
     figure = collection.viz["figure"].item()
-    columns = min(len(handles), 6)
+    columns = min(len(handles), 8)
     rows = -(-len(handles) // columns)
     # Room above the top panels for the key (about 0.22 inch per row of small text, plus a margin) and
     # between the rows for the axis labels.

@@ -1,11 +1,13 @@
 # One command each on a fresh machine: `make demo` runs `bayespca demo`,
-# `make test` the test suite, `make bench` the benchmarks. Each creates
-# .venv with a Python >= 3.12 on first use.
+# `make test` the test suite, `make bench` the benchmarks, `make notebook`
+# opens the notebooks in JupyterLab, `make notebooks` re-executes them (small
+# mode) and stores their outputs. Each creates .venv with a Python >= 3.12 on
+# first use.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench docs lint clean venv
+.PHONY: demo test bench docs lint clean venv notebook notebooks
 
 venv: $(STAMP)
 
@@ -25,6 +27,12 @@ docs: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+
+notebook: $(STAMP)
+	$(VENV)/bin/jupyter lab notebooks/
+
+notebooks: $(STAMP)
+	$(PY) tools/run_notebooks.py
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(PY) $$f || exit 1; done

@@ -9,61 +9,135 @@
 The CSV file has a header row of feature names and one numeric column per
 feature (an empty cell or ``NA`` is a missing value, which EM, SVI and NUTS
 handle); a first column with an empty header holds row names and is not
-data (as written by R's ``write.csv`` or pandas' ``to_csv``).
-A file that cannot be read as such (missing, empty, ragged, non-numeric)
-stops the command with a one-line message on stderr and exit status 2, the
-status argparse gives to every other usage error.
+data (as written by R's ``write.csv`` or pandas' ``to_csv``). The delimiter
+is sniffed from the first lines: comma, semicolon (then a decimal comma is
+read as such) or tab.
+
+Errors a user can fix (a file that cannot be read as such, an output path
+that cannot be written, an option the model refuses) stop the command with
+one line on stderr and exit status 2, the status argparse gives to every
+other usage error; every output path is checked before any work. Output
+files are written to a temporary name and moved into place when complete,
+so an interrupted command leaves no half-written file. Any other error is an
+internal one: one line and exit status 1, the traceback with ``--debug``.
+Warnings of the fit (sampler diagnostics, Heywood cases, unidentified
+models) are printed after the results, one line each, naming the command
+line options that act on them and, for ``compare``, the ``k`` they are about.
 
 ``fit`` writes the model as an ArviZ DataTree in netCDF: for NUTS the
 posterior, sample statistics, pointwise log-likelihood and observed data,
 plus a ``point_estimate`` group (the posterior mean of ``W``, the noise and
 ``mu``); for maximum-likelihood methods the ``point_estimate`` group alone.
-The root attributes record the model, method, seed and sampler settings.
+The root attributes record the model, method, seed and sampler settings
+(a seed beyond the int64 range as its decimal string).
 Read it back with ``xarray.open_datatree(path)``.
+
+Importing this module loads no numerical library: ``bayespca --help``
+answers at once, and each subcommand imports what it needs.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import inspect
 import os
+import re
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-
-__all__ = ["main"]
+__all__ = [
+    "CLIError",
+    "atomic_output",
+    "build_parser",
+    "check_output",
+    "check_output_folder",
+    "format_warning",
+    "main",
+    "parse_components",
+    "read_csv",
+    "shown_above",
+]
 
 _MODELS = {"ppca": "PPCA", "fa": "FactorAnalysis"}
-_PRIORS = {"default": None, "flat": "flat", "ard": "ard"}
-# pandas 3 parses floats exactly and deprecates the option that older versions need for it.
-_EXACT_FLOATS = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
+_PRIORS = {"default": None, "flat": "flat", "ard": "ard", "horseshoe": "horseshoe"}
+_PLOT_SUFFIXES = (".png", ".pdf", ".svg")
+# The estimators' parameter names in advice, as the options of this command.
+_OPTION_NAMES = {
+    r"\btarget_accept_prob\b": "--target-accept",
+    r"\bnum_samples\b": "--draws",
+    r"\bnum_warmup\b": "--warmup",
+    r"\bnum_chains\b": "--chains",
+    r"\bprior='(\w+)'": r"--prior \1",
+    r"\bprior=\.\.\.": "--prior ...",
+}
 
 
 class CLIError(Exception):
     """A usage error reported as one line on stderr with exit status 2."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its usage errors on one line (the usage itself is one ``--help`` away)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _one_line(text) -> str:
+    return " ".join(str(text).split())
+
+
 # ------------------------------------------------------------------- input
-def read_csv(path) -> pd.DataFrame:
+def _dialect(path: Path) -> tuple[str, str]:
+    """The (delimiter, decimal mark) of a CSV file, sniffed from its first lines."""
+    import csv
+
+    with open(path, encoding="utf-8", errors="replace", newline="") as file:
+        sample = "".join(line for _, line in zip(range(20), file, strict=False))
+    try:
+        delimiter = csv.Sniffer().sniff(sample, delimiters=",;\t").delimiter
+    except csv.Error:
+        return ",", "."
+    # Spreadsheets that separate by semicolons write decimal commas ("1,5;2,25").
+    decimal = "," if delimiter == ";" and "," in sample.partition("\n")[2] else "."
+    return delimiter, decimal
+
+
+def read_csv(path):
     """Read a numeric CSV file with a header row; raise CLIError saying what is wrong.
 
-    Floats are parsed exactly (pandas >= 3 always does; older pandas is asked
-    for ``float_precision="round_trip"``), so a file written by
-    ``DataFrame.to_csv`` gives back the very same numbers and the command fits
-    the same data as the Python API.
+    The delimiter (comma, semicolon, tab) is sniffed from the first lines and
+    kept in ``DataFrame.attrs["delimiter"]``. Floats are parsed exactly (pandas
+    >= 3 always does; older pandas is asked for ``float_precision="round_trip"``),
+    so a file written by ``DataFrame.to_csv`` gives back the very same numbers
+    and the command fits the same data as the Python API.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "eu.csv"
+    >>> _ = path.write_text("a;b\\n1,5;2\\n3;4,25\\n")
+    >>> frame = read_csv(path)
+    >>> frame["a"].tolist(), frame["b"].tolist(), frame.attrs["delimiter"]
+    ([1.5, 3.0], [2.0, 4.25], ';')
     """
+    import numpy as np
+    import pandas as pd
+
+    exact = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
     path = Path(path)
     if not path.is_file():
         raise CLIError(f"data file {str(path)!r} does not exist or is not a file")
+    delimiter, decimal = _dialect(path)
     try:
-        df = pd.read_csv(path, **_EXACT_FLOATS)
+        df = pd.read_csv(path, sep=delimiter, decimal=decimal, **exact)
     except pd.errors.EmptyDataError:
         raise CLIError(f"data file {str(path)!r} is empty: expected a header row and numeric rows") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as err:
-        detail = " ".join(str(err).split())
-        raise CLIError(f"data file {str(path)!r} is not a well-formed CSV file: {detail}") from None
+        raise CLIError(f"data file {str(path)!r} is not a well-formed CSV file: {_one_line(err)}") from None
     if df.shape[0] == 0:
         raise CLIError(f"data file {str(path)!r} has a header but no data rows")
     if str(df.columns[0]).startswith("Unnamed: 0"):
@@ -82,16 +156,182 @@ def read_csv(path) -> pd.DataFrame:
                     f"(line {row + 2} holds {df[column].iloc[row]!r}); every column must hold numbers"
                 )
             df[column] = values
-    return df.astype(float)
+    df = df.astype(float)
+    df.attrs["delimiter"] = delimiter
+    return df
 
 
-def _error(message: str) -> int:
-    print(f"bayespca: error: {' '.join(str(message).split())}", file=sys.stderr)
-    return 2
+# ------------------------------------------------------------------ output
+def _probe_writable(folder: Path, what: str) -> None:
+    """Create and remove a file in ``folder``: the only test that also holds for root and read-only mounts."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise CLIError(f"{what}: cannot write in folder {str(folder)!r} ({err.strerror})") from None
 
 
-def _progress_default() -> bool:
-    return sys.stderr.isatty()
+def check_output(path, option: str, suffixes) -> Path | None:
+    """Check before any work that ``path`` can be written: a known suffix, an existing writable folder.
+
+    Returns ``path`` as a Path (None stays None); raises CLIError naming the
+    option otherwise.
+
+    Examples
+    --------
+    >>> check_output("no/such/folder/fit.nc", "--out", (".nc",))
+    Traceback (most recent call last):
+    ...
+    bayespca.cli.CLIError: --out 'no/such/folder/fit.nc': folder 'no/such/folder' does not exist
+    >>> check_output("fit.txt", "--out", (".nc",))
+    Traceback (most recent call last):
+    ...
+    bayespca.cli.CLIError: --out 'fit.txt': expected a file name ending in .nc
+    """
+    if path is None:
+        return None
+    path = Path(path)
+    what = f"{option} {str(path)!r}"
+    if path.suffix.lower() not in suffixes:
+        raise CLIError(f"{what}: expected a file name ending in {' or '.join(suffixes)}")
+    if path.is_dir():
+        raise CLIError(f"{what} is a folder; expected a file name")
+    folder = path.parent
+    if not folder.is_dir():
+        state = "is not a folder" if folder.exists() else "does not exist"
+        raise CLIError(f"{what}: folder {str(folder)!r} {state}")
+    _probe_writable(folder, what)
+    return path
+
+
+def check_output_folder(path, option: str) -> Path:
+    """Check before any work that the folder ``path`` exists and is writable, or can be created."""
+    path = Path(path)
+    what = f"{option} {str(path)!r}"
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise CLIError(f"{what}: {str(existing)!r} is a file, not a folder")
+    _probe_writable(existing, what)
+    return path
+
+
+@contextlib.contextmanager
+def atomic_output(path):
+    """Yield a temporary path next to ``path``; move it onto ``path`` when the block succeeds.
+
+    The temporary file has ``path``'s suffix (writers infer the format from
+    it) and is removed when the block raises, so ``path`` is either the
+    complete new file or untouched.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> target = pathlib.Path(tempfile.mkdtemp()) / "table.csv"
+    >>> with atomic_output(target) as tmp:
+    ...     _ = tmp.write_text("k,elpd\\n1,-3.5\\n")
+    >>> target.read_text(), sorted(p.name for p in target.parent.iterdir())
+    ('k,elpd\\n1,-3.5\\n', ['table.csv'])
+    """
+    path = Path(path)
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(handle)
+    tmp = Path(name)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make the result private
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- warnings
+def shown_above(value: float, threshold: float) -> str:
+    """``value`` with the fewest decimals (at least 2) that still read as above ``threshold``.
+
+    Examples
+    --------
+    >>> shown_above(0.7004, 0.7), shown_above(0.93, 0.7), shown_above(1.0102, 1.01)
+    ('0.7004', '0.93', '1.0102')
+    """
+    for decimals in range(2, 16):
+        text = f"{value:.{decimals}f}"
+        if float(text) > threshold:
+            return text
+    return repr(float(value))
+
+
+def format_warning(message, *, k=None, chains=None, options=True) -> str | None:
+    """One line for a person: the options of this command named, the ``k`` said, R-hat of one chain explained.
+
+    A ``n_components=K:`` prefix (the comparison's) becomes ``k``. With one
+    chain an R-hat message (R-hat compares chains, so it is undefined) becomes
+    a note that R-hat needs at least 2 chains. ``options=False`` keeps the
+    estimators' parameter names (for ``demo``, which has no sampler options).
+
+    Examples
+    --------
+    >>> format_warning("n_components=3: 2 divergent transitions.\\n Increase target_accept_prob (e.g. 0.99)")
+    'warning (k=3): 2 divergent transitions. Increase --target-accept (e.g. 0.99)'
+    >>> format_warning("R-hat of sigma2 is inf > 1.01: the chains disagree.", chains=1)
+    'note: R-hat is not computed from one chain: it needs --chains 2 or more'
+    """
+    text = _one_line(message)
+    prefix = re.match(r"n_components=(\d+):\s*", text)
+    if prefix:
+        k, text = int(prefix.group(1)), text[prefix.end():]
+    if chains == 1 and text.startswith("R-hat"):
+        return "note: R-hat is not computed from one chain: it needs --chains 2 or more"
+    for pattern, option in _OPTION_NAMES.items() if options else ():
+        text = re.sub(pattern, option, text)
+    return f"warning{'' if k is None else f' (k={k})'}: {text}"
+
+
+def _fitting_k():
+    """``n_components`` of the bayespca estimator whose ``fit`` is on the call stack, else None.
+
+    The comparison fits one model per ``k`` and their warnings do not say
+    which; the frame of the running ``fit`` does.
+    """
+    frame = inspect.currentframe()
+    while frame is not None:
+        owner = frame.f_locals.get("self") if frame.f_code.co_name == "fit" else None
+        k = getattr(owner, "n_components", None)
+        if type(owner).__module__.startswith("bayespca.") and isinstance(k, int):
+            return k
+        frame = frame.f_back
+    return None
+
+
+@contextlib.contextmanager
+def _collected_warnings():
+    """Record the user warnings raised in the block as ``(k, category, message)``, in order, once each.
+
+    Other categories (deprecations of the libraries underneath) are not the
+    command line user's to act on and are dropped.
+    """
+    seen: list[tuple] = []
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        entry = (_fitting_k(), category, str(message))
+        if issubclass(category, UserWarning) and entry not in seen:
+            seen.append(entry)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = record
+        yield seen
+
+
+def _print_warnings(lines) -> None:
+    shown = []
+    for line in lines:
+        if line is not None and line not in shown:
+            shown.append(line)
+            print(f"bayespca: {line}", file=sys.stderr)
 
 
 # --------------------------------------------------------------------- fit
@@ -107,6 +347,7 @@ def _estimator(args, n_components):
         "num_chains": args.chains,
         "num_samples": args.draws,
         "num_warmup": args.warmup,
+        "target_accept_prob": args.target_accept,
     }
     if args.model == "fa":
         options["rotation"] = args.rotation
@@ -117,6 +358,7 @@ def _estimator(args, n_components):
 
 def point_estimate_tree(model, feature_names):
     """The fitted ``W`` (``loadings_``), noise and ``mu`` as an xarray DataTree group ``point_estimate``."""
+    import numpy as np
     import xarray as xr
 
     d, k = model.loadings_.shape
@@ -149,8 +391,10 @@ def _datatree(model, args, feature_names):
             "model": args.model,
             "method": model.method_,
             "n_components": int(model.n_components_),
-            "seed": -1 if args.seed is None else int(args.seed),
+            # netCDF attributes hold at most int64; any larger seed (the rule allows any size) as text.
+            "seed": args.seed if args.seed < 2**63 else str(args.seed),
             "prior": args.prior,
+            "target_accept": -1.0 if args.target_accept is None else float(args.target_accept),
             "num_chains": int(args.chains),
             "num_samples": int(args.draws),
             "num_warmup": int(args.warmup),
@@ -161,9 +405,20 @@ def _datatree(model, args, feature_names):
     return tree
 
 
-def _summary(model, feature_names) -> pd.DataFrame:
+_ESS_COLUMNS = ("ess_bulk", "ess_tail")
+
+
+def _summary(model, feature_names):
+    """The table printed after a fit: ArviZ's posterior summary (ESS as counts), or the ML estimates."""
+    import numpy as np
+    import pandas as pd
+
     if getattr(model, "nuts_", None) is not None:
-        return model.summary()
+        table = model.summary()
+        for column in _ESS_COLUMNS:
+            if column in table.columns:
+                table[column] = table[column].round().astype("Int64")
+        return table
     k = model.n_components_
     table = pd.DataFrame(model.loadings_, index=list(feature_names), columns=[f"W[{j}]" for j in range(k)])
     table["noise"] = np.broadcast_to(model.noise_variance_, (len(table),))
@@ -171,34 +426,66 @@ def _summary(model, feature_names) -> pd.DataFrame:
     return table
 
 
+_WHERE = {
+    "nuts": "at the posterior mean of (W, noise, mu)",
+    "svi": "at the SVI estimate of (W, noise, mu)",
+}
+
+
+def _ledermann_note(args, k: int, d: int) -> str | None:
+    """The command's own warning for factor analysis above the Ledermann bound."""
+    from bayespca.probabilistic import ledermann_bound
+
+    bound = ledermann_bound(d)
+    if args.model != "fa" or k <= bound:
+        return None
+    return (
+        f"warning: factor analysis with k={k} on {d} features is above the Ledermann bound "
+        f"(k <= {bound}): more parameters than the covariance has entries, so the loadings are "
+        f"not identified; use --n-components {bound} or fewer"
+    )
+
+
 def _fit(args) -> int:
+    out = check_output(args.out, "--out", (".nc",))
     df = read_csv(args.data)
     model = _estimator(args, args.n_components)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with _collected_warnings() as caught:
         try:
             model.fit(df)
         except (ValueError, TypeError) as err:
             raise CLIError(str(err)) from None
+    import pandas as pd
+
     names = [str(c) for c in df.columns]
+    sep = df.attrs.get("delimiter", ",")
+    read_as = "" if sep == "," else f" ({'tab' if sep == chr(9) else repr(sep)}-separated)"
     print(f"{_MODELS[args.model]} with {model.n_components_} components by {model.method_} "
-          f"on {df.shape[0]} rows x {df.shape[1]} features of {args.data}")
-    print(f"log-likelihood of the data: {model.log_likelihood_:.6g}")
+          f"on {df.shape[0]} rows x {df.shape[1]} features of {args.data}{read_as}")
+    where = _WHERE.get(model.method_, "at the maximum-likelihood estimate")
+    print(f"log-likelihood of the data {where}: {model.log_likelihood_:.6g}")
     with pd.option_context("display.width", 120, "display.max_rows", 200):
         print(_summary(model, names).to_string())
-    for w in caught:
-        # The sampler's and estimators' advice (SamplingWarning, Heywood cases), not library deprecations.
-        if issubclass(w.category, UserWarning):
-            print(f"warning: {' '.join(str(w.message).split())}", file=sys.stderr)
-    if args.out is not None:
-        _datatree(model, args, names).to_netcdf(args.out, engine="h5netcdf")
-        print(f"wrote {args.out}")
+    lines = [format_warning(message, chains=args.chains) for _, _, message in caught]
+    if not any("Ledermann" in message for _, _, message in caught):
+        lines.append(_ledermann_note(args, model.n_components_, df.shape[1]))
+    _print_warnings(lines)
+    if out is not None:
+        with atomic_output(out) as tmp:
+            _datatree(model, args, names).to_netcdf(tmp, engine="h5netcdf")
+        print(f"wrote {out}")
     return 0
 
 
 # ----------------------------------------------------------------- compare
 def parse_components(text: str) -> list[int]:
-    """``"1:6"`` (inclusive, as in R), ``"2,3,5"`` or ``"4"`` -> a list of ints >= 1."""
+    """``"1:6"`` (inclusive, as in R), ``"2,3,5"`` or ``"4"`` -> a list of ints >= 1.
+
+    Examples
+    --------
+    >>> parse_components("1:4"), parse_components("2,5")
+    ([1, 2, 3, 4], [2, 5])
+    """
     try:
         if ":" in text:
             lo, hi = (int(part) for part in text.split(":"))
@@ -214,43 +501,107 @@ def parse_components(text: str) -> list[int]:
     return ks
 
 
+def _span(ks) -> str:
+    """``[1, 2, 3, 4]`` -> ``"1..4"``, ``[2, 5]`` -> ``"2,5"``."""
+    if len(ks) > 2 and ks == list(range(ks[0], ks[-1] + 1)):
+        return f"{ks[0]}..{ks[-1]}"
+    return ",".join(map(str, ks))
+
+
+def _candidates(args, d: int) -> list[int]:
+    """The k to compare: the user's, checked against the one rule, or the default clipped to it (said so)."""
+    from bayespca.probabilistic import default_candidates, ledermann_bound, max_components
+
+    model = "factor analysis" if args.model == "fa" else "pPCA"
+    if args.n_components is None:
+        ks = default_candidates(args.model, d)
+        if ks != list(range(1, 7)):
+            rule = f"k <= {d}" if args.model == "ppca" else f"the Ledermann bound k <= {ledermann_bound(d)}"
+            print(f"comparing k = {_span(ks)}: the default 1:6 clipped to what {d} features allow "
+                  f"({model}: {rule})")
+    else:
+        ks = sorted(set(args.n_components))
+        upper = max_components(args.model, d)
+        if ks[-1] > upper:
+            raise CLIError(
+                f"--n-components {_span(ks)}: {model} on {d} features allows k <= {upper}"
+            )
+    if len(ks) < 2:
+        raise CLIError(
+            f"--n-components: {model} on {d} features leaves only k = {_span(ks)} to compare; "
+            "give at least two values (above the Ledermann bound the fits warn that they are not identified)"
+        )
+    return ks
+
+
 def _compare(args) -> int:
+    out = check_output(args.out, "--out", (".csv",))
+    plot = check_output(args.plot, "--plot", _PLOT_SUFFIXES)
     df = read_csv(args.data)
+    if df.shape[1] < 2:
+        raise CLIError(f"data file {str(args.data)!r} has {df.shape[1]} column: comparing k needs at least 2")
+    ks = _candidates(args, df.shape[1])
     from bayespca.comparison import compare_n_components
 
     fit_kwargs = {"num_chains": args.chains, "num_samples": args.draws, "num_warmup": args.warmup}
-    try:
-        result = compare_n_components(
-            df,
-            n_components=args.n_components,
-            model=args.model,
-            cv=args.cv,
-            random_state=args.seed,
-            progress_bar=args.progress,
-            **fit_kwargs,
-        )
-    except (ValueError, TypeError) as err:
-        raise CLIError(str(err)) from None
+    if args.prior != "default":
+        fit_kwargs["prior"] = _PRIORS[args.prior]
+    if args.target_accept is not None:
+        fit_kwargs["target_accept_prob"] = args.target_accept
+    if args.progress:
+        print(f"fitting k = {_span(ks)} by NUTS: {args.chains} chains x ({args.warmup} warm-up + "
+              f"{args.draws} draws) each", file=sys.stderr)
+    with _collected_warnings() as caught:
+        try:
+            result = compare_n_components(
+                df, n_components=ks, model=args.model, cv=args.cv, random_state=args.seed,
+                progress_bar=args.progress, **fit_kwargs,
+            )
+        except (ValueError, TypeError) as err:
+            raise CLIError(str(err)) from None
+    import pandas as pd
+
     with pd.option_context("display.width", 160, "display.max_columns", 30):
         print(result.table.to_string())
     print(f"recommended n_components = {result.n_components} ({result.rule})")
-    if args.out is not None:
-        result.table.to_csv(args.out)
-        print(f"wrote {args.out}")
-    if args.plot is not None:
+    _print_warnings([_comparison_warning(result, k, category, message, args.chains)
+                     for k, category, message in caught])
+    if out is not None:
+        with atomic_output(out) as tmp:
+            result.table.to_csv(tmp)
+        print(f"wrote {out}")
+    if plot is not None:
         from bayespca.plotting import plot_comparison
 
-        plot_comparison(result).figure.savefig(args.plot, dpi=120, bbox_inches="tight")
-        print(f"wrote {args.plot}")
+        with atomic_output(plot) as tmp:
+            plot_comparison(result).figure.savefig(tmp, dpi=120, bbox_inches="tight")
+        print(f"wrote {plot}")
     return 0
+
+
+def _comparison_warning(result, k, category, message, chains) -> str | None:
+    """A comparison warning as one line; the k-hat maximum given to the digits that show it is above 0.7."""
+    line = format_warning(message, k=k, chains=chains)
+    if category.__name__ == "ParetoKWarning" and line is not None:
+        found = re.match(r"warning \(k=(\d+)\)", line)
+        table = result.table
+        if found and int(found.group(1)) in table.index and "pareto_k_max" in table.columns:
+            from bayespca.comparison import KHAT_THRESHOLD
+
+            worst = float(table.loc[int(found.group(1)), "pareto_k_max"])
+            line = re.sub(r"\(max [0-9.]+\)", f"(max {shown_above(worst, KHAT_THRESHOLD)})", line)
+    return line
 
 
 # -------------------------------------------------------------------- demo
 def _demo(args) -> int:
+    folder = check_output_folder(args.out, "--out")
     from bayespca.demo import run_demo
 
-    folder = run_demo(args.out, small=args.small, random_state=args.seed, progress=args.progress)
+    with _collected_warnings() as caught:
+        folder = run_demo(folder, small=args.small, random_state=args.seed, progress=args.progress)
     print(folder)
+    _print_warnings([format_warning(message, k=k, options=False) for k, _, message in caught])
     return 0
 
 
@@ -265,28 +616,70 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _add_sampler_options(parser):
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument("--chains", type=_positive_int, default=4, help="NUTS chains (default 4)")
-    parser.add_argument("--draws", type=_positive_int, default=500, help="NUTS draws per chain (default 500)")
-    parser.add_argument("--warmup", type=_positive_int, default=500,
-                        help="NUTS warm-up steps per chain (default 500)")
-    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=_progress_default(),
-                        help="progress bars (default: when stderr is a terminal)")
+def _seed(text: str) -> int:
+    """A seed by the package's one random_state rule (:func:`bayespca.params.check_seed`): an int >= 0."""
+    from bayespca.params import check_seed
+
+    try:
+        return check_seed(int(text), "--seed")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0 (of any size); got {text!r}") from None
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a probability in (0, 1), e.g. 0.95; got {text!r}")
+    return value
+
+
+def _progress_default() -> bool:
+    return sys.stderr.isatty()
+
+
+def _common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--seed", type=_seed, default=0, help="random seed, an int >= 0 (default 0)")
+    common.add_argument("--progress", action=argparse.BooleanOptionalAction, default=_progress_default(),
+                        help="progress bars on stderr (default: when stderr is a terminal)")
+    common.add_argument("--debug", action="store_true",
+                        help="show the traceback of an internal error instead of one line")
+    return common
+
+
+def _sampler_options() -> argparse.ArgumentParser:
+    sampler = argparse.ArgumentParser(add_help=False)
+    sampler.add_argument("--prior", choices=list(_PRIORS), default="default",
+                         help="priors of svi/nuts: default (scale-aware), flat, ard (Bayesian PCA) or "
+                         "horseshoe (sparse loadings)")
+    sampler.add_argument("--chains", type=_positive_int, default=4, help="NUTS chains (default 4)")
+    sampler.add_argument("--draws", type=_positive_int, default=500,
+                         help="NUTS draws per chain (default 500)")
+    sampler.add_argument("--warmup", type=_positive_int, default=500,
+                         help="NUTS warm-up steps per chain (default 500)")
+    sampler.add_argument("--target-accept", type=_probability, default=None, metavar="P",
+                         help="NUTS target acceptance probability; larger means smaller steps and fewer "
+                         "divergences (default: the estimator's, 0.9, or 0.99 with --prior horseshoe)")
+    return sampler
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``bayespca`` command."""
+    """The argument parser of the ``bayespca`` command (it imports no numerical library)."""
     import bayespca
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="bayespca",
         description="PCA, probabilistic PCA and factor analysis as a Bayesian workflow.",
     )
     parser.add_argument("--version", action="version", version=f"bayespca {bayespca.__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{fit,compare,demo}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{fit,compare,demo}",
+                                parser_class=_Parser)
+    common, sampler = _common_options(), _sampler_options()
 
-    fit = sub.add_parser("fit", help="fit pPCA or factor analysis to a CSV file",
+    fit = sub.add_parser("fit", parents=[sampler, common], help="fit pPCA or factor analysis to a CSV file",
                          description="Fit pPCA or factor analysis to a CSV file; print a summary.")
     fit.add_argument("data", help="CSV file: a header row, then one numeric column per feature")
     fit.add_argument("--model", choices=sorted(_MODELS), default="ppca",
@@ -296,35 +689,33 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--method", choices=["nuts", "svi", "em", "closed_form"], default="nuts",
                      help="nuts: the posterior; svi, em, closed_form (ppca only): point estimates; "
                      "default nuts")
-    fit.add_argument("--prior", choices=sorted(_PRIORS), default="default",
-                     help="priors of svi/nuts: default (scale-aware), flat, or ard (Bayesian PCA)")
     fit.add_argument("--rotation", choices=["varimax", "quartimax", "promax", "oblimin"], default=None,
                      help="rotation of the factors (--model fa)")
-    fit.add_argument("--out", default=None, help="write the fit as an ArviZ DataTree in netCDF (e.g. fit.nc)")
-    _add_sampler_options(fit)
+    fit.add_argument("--out", default=None, help="write the fit as an ArviZ DataTree in netCDF (a .nc file)")
     fit.set_defaults(run=_fit)
 
-    compare = sub.add_parser("compare", help="compare numbers of components (PSIS-LOO and more)",
+    compare = sub.add_parser("compare", parents=[sampler, common],
+                             help="compare numbers of components (PSIS-LOO and more)",
                              description="Compare numbers of components by PSIS-LOO, "
                              "cross-validation and the classical criteria.")
     compare.add_argument("data", help="CSV file: a header row, then one numeric column per feature")
-    compare.add_argument("--n-components", type=parse_components, default=parse_components("1:6"),
-                         help="candidates: a range like 1:6 (inclusive), a list like 1,2,4 (default 1:6)")
+    compare.add_argument("--n-components", type=parse_components, default=None, metavar="KS",
+                         help="candidates: a range like 1:6 (inclusive) or a list like 1,2,4 (default 1:6, "
+                         "clipped to what the data allow: pPCA k <= features, factor analysis the "
+                         "Ledermann bound)")
     compare.add_argument("--model", choices=sorted(_MODELS), default="ppca", help="default ppca")
     compare.add_argument("--cv", type=_positive_int, default=5, help="cross-validation folds (default 5)")
-    compare.add_argument("--out", default=None, help="write the comparison table as CSV")
-    compare.add_argument("--plot", default=None, help="write the elpd-against-k plot (PNG)")
-    _add_sampler_options(compare)
+    compare.add_argument("--out", default=None, help="write the comparison table (a .csv file)")
+    compare.add_argument("--plot", default=None,
+                         help=f"write the elpd-against-k plot ({', '.join(_PLOT_SUFFIXES)})")
     compare.set_defaults(run=_compare)
 
-    demo = sub.add_parser("demo", help="run the whole workflow on the wine data; write a report",
+    demo = sub.add_parser("demo", parents=[common],
+                          help="run the whole workflow on the wine data; write a report",
                           description="Run the workflow (choosing k, PCA, Bayesian pPCA by NUTS, factor "
                           "analysis, kernel PCA) on scikit-learn's wine data and write plots and tables.")
     demo.add_argument("--out", default="bayespca-demo", help="report folder (default ./bayespca-demo)")
     demo.add_argument("--small", action="store_true", help="short chains: a quick run")
-    demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    demo.add_argument("--progress", action=argparse.BooleanOptionalAction, default=_progress_default(),
-                      help="progress bar (default: when stderr is a terminal)")
     demo.set_defaults(run=_demo)
     return parser
 
@@ -333,7 +724,8 @@ def main(argv=None) -> int:
     """Run the ``bayespca`` command with the arguments ``argv`` (default ``sys.argv[1:]``).
 
     Returns the exit status: 0 on success, 2 for unusable input (argparse
-    itself exits with 2 on malformed arguments).
+    itself exits with 2 on malformed arguments), 1 for an internal error
+    (one line; its traceback with ``--debug``), 130 when interrupted.
 
     Examples
     --------
@@ -344,4 +736,19 @@ def main(argv=None) -> int:
     try:
         return args.run(args)
     except CLIError as err:
-        return _error(str(err))
+        print(f"bayespca: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("bayespca: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader of stdout (e.g. ``| head``) left: nothing more to say; keep Python's own
+        # flush at exit from raising again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except Exception as err:
+        if args.debug:
+            raise
+        print(f"bayespca: internal error: {type(err).__name__}: {_one_line(err)} "
+              "(rerun with --debug for the traceback, and please report it)", file=sys.stderr)
+        return 1

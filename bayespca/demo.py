@@ -15,7 +15,9 @@ chemical measurements, 3 cultivars; no download), standardised. The steps:
    (NUTS, PSIS-LOO on the marginal likelihood).
 
 The folder receives PNG plots, ``selection.csv``, ``summary.csv`` (the
-posterior summary) and ``report.md`` linking everything.
+posterior summary, effective sample sizes rounded to counts) and
+``report.md`` linking everything; each file is written whole or not at all
+(:func:`bayespca.cli.atomic_output`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bayespca.cli import atomic_output
+
 __all__ = ["run_demo"]
 
 
@@ -32,6 +36,8 @@ def _markdown(table: pd.DataFrame, digits: int = 4) -> str:
     """A DataFrame as a GitHub Markdown table (index as the first column)."""
 
     def cell(value):
+        if isinstance(value, float | np.floating) and float(value).is_integer() and abs(value) < 1e15:
+            return str(int(value))
         if isinstance(value, float | np.floating):
             return f"{value:.{digits}g}"
         return str(value)
@@ -43,9 +49,15 @@ def _markdown(table: pd.DataFrame, digits: int = 4) -> str:
     return "\n".join(rows)
 
 
-def _save(fig, folder: Path, name: str, figures: list) -> None:
-    fig.savefig(folder / name, dpi=110, bbox_inches="tight")
+def _save(fig, folder: Path, name: str, figures: list, dpi: int = 110) -> None:
+    with atomic_output(folder / name) as tmp:
+        fig.savefig(tmp, dpi=dpi, bbox_inches="tight")
     figures.append(name)
+
+
+def _write_csv(table: pd.DataFrame, path: Path) -> None:
+    with atomic_output(path) as tmp:
+        table.to_csv(tmp)
 
 
 def run_demo(out="bayespca-demo", *, small=False, random_state=0, progress=False) -> Path:
@@ -104,7 +116,7 @@ def run_demo(out="bayespca-demo", *, small=False, random_state=0, progress=False
     plot_scree(pca, ax=ax)
     _save(fig, folder, "scree.png", figures)
     selection = pd.DataFrame({"n_components": chosen}).rename_axis("rule")
-    selection.to_csv(folder / "selection.csv")
+    _write_csv(selection, folder / "selection.csv")
     steps.update()
 
     # 2. PCA biplot
@@ -127,12 +139,13 @@ def run_demo(out="bayespca-demo", *, small=False, random_state=0, progress=False
         fig, ax = figure()
         plot(ax)
         _save(fig, folder, name, figures)
-    trace = plot_trace(ppca)
-    trace.savefig(folder / "trace.png", dpi=90, bbox_inches="tight")
-    plt.close(trace.viz["figure"].item())
-    figures.append("trace.png")
+    trace = plot_trace(ppca).viz["figure"].item()
+    _save(trace, folder, "trace.png", figures, dpi=90)
+    plt.close(trace)
     summary = ppca.summary()
-    summary.to_csv(folder / "summary.csv")
+    for column in ("ess_bulk", "ess_tail"):  # effective sample sizes are counts
+        summary[column] = summary[column].round()
+    _write_csv(summary, folder / "summary.csv")
     steps.update()
 
     # 4. factor analysis with a varimax rotation
@@ -178,7 +191,8 @@ def run_demo(out="bayespca-demo", *, small=False, random_state=0, progress=False
         *[f"![{name}]({name})" for name in figures],
         "",
     ]
-    (folder / "report.md").write_text("\n".join(lines))
+    with atomic_output(folder / "report.md") as tmp:
+        tmp.write_text("\n".join(lines))
     return folder
 
 
@@ -192,7 +206,7 @@ def _comparison(X, folder, figures, small, random_state, progress, figure) -> st
         X, n_components=ks, model="ppca", random_state=random_state, progress_bar=progress,
         **options,
     )
-    result.table.to_csv(folder / "comparison.csv")
+    _write_csv(result.table, folder / "comparison.csv")
     fig, ax = figure()
     plot_comparison(result, ax=ax)
     _save(fig, folder, "comparison.png", figures)

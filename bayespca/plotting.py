@@ -20,11 +20,15 @@ Credible intervals are equal-tailed: the ``(1 - ci_prob) / 2`` and
 from __future__ import annotations
 
 import numbers
+import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.collections import EllipseCollection
+from matplotlib.collections import EllipseCollection, LineCollection
+from matplotlib.path import Path
+from matplotlib.text import Annotation
+from matplotlib.transforms import Bbox
 
 from bayespca.data import check_is_fitted
 
@@ -39,8 +43,11 @@ __all__ = [
     "plot_trace",
 ]
 
-SCREE_CRITERIA = ("mle", "gavish-donoho", "bic", "profile-likelihood")
 _MAX_CATEGORIES = 10
+# Where a legend may go inside the axes, in the order tried (matplotlib's names).
+_LEGEND_PLACES = ("upper right", "upper left", "lower right", "lower left", "center right", "center left",
+                  "upper center", "lower center")
+_NO_STYLE = ("None", "none", "", " ", None)
 
 
 # ----------------------------------------------------------------- helpers
@@ -81,8 +88,136 @@ def _check_components(components, k):
     return [int(c) for c in comps]
 
 
+def _drawn_shapes(ax):
+    """What the axes show, in display pixels: (polylines, (points, radius) pairs, boxes).
+
+    Lines (reference lines included) and line collections (error bars) as
+    polylines, markers and scatter points as points with their radius,
+    patches (bars, spans), texts and images as boxes.
+    """
+    pixels = ax.figure.dpi / 72.0
+    paths, points, boxes = [], [], []
+    for line in ax.get_lines():
+        xy = line.get_transform().transform(line.get_xydata())
+        xy = xy[np.isfinite(xy).all(axis=1)]
+        if line.get_linestyle() not in _NO_STYLE and len(xy) > 1:
+            paths.append(Path(xy))
+        if line.get_marker() not in _NO_STYLE:
+            points.append((xy, line.get_markersize() * pixels / 2))
+    for collection in ax.collections:
+        if isinstance(collection, LineCollection):
+            transform = collection.get_transform()
+            paths.extend(Path(transform.transform(seg)) for seg in collection.get_segments() if len(seg) > 1)
+        elif isinstance(collection, EllipseCollection):
+            # Each ellipse as its centre with the radius of its major half-axis.
+            centres = collection.get_offset_transform().transform(collection.get_offsets())
+            scale = np.abs(ax.transData.transform([(1.0, 1.0)]) - ax.transData.transform([(0.0, 0.0)])).max()
+            points.extend((centre[None], width * scale / 2)
+                          for centre, width in zip(centres, collection.get_widths(), strict=True))
+        elif len(collection.get_offsets()):
+            xy = collection.get_offset_transform().transform(collection.get_offsets())
+            sizes = collection.get_sizes() if hasattr(collection, "get_sizes") else []
+            radius = np.sqrt(np.max(sizes)) * pixels / 2 if len(sizes) else 3.0
+            points.append((xy, radius))
+    for text in ax.texts:
+        if isinstance(text, Annotation) and text.arrow_patch is not None and text.xycoords == "data":
+            # An arrow is its shaft, not the box around it (which covers a quarter of a biplot).
+            paths.append(Path(ax.transData.transform([text.xyann, text.xy])))
+        if text.get_text():
+            boxes.append(text.get_window_extent() if not isinstance(text, Annotation) else
+                         super(Annotation, text).get_window_extent())
+    boxes.extend(artist.get_window_extent() for artist in [*ax.patches, *ax.images])
+    return paths, points, boxes
+
+
+def _hides(box, shapes) -> bool:
+    """Whether the display box ``box`` covers any of ``shapes`` (see :func:`_drawn_shapes`)."""
+    paths, points, boxes = shapes
+    box = box.padded(2.0)
+    if any(path.intersects_bbox(box, filled=False) for path in paths):
+        return True
+    for xy, radius in points:
+        grown = box.padded(radius)
+        within_x = (xy[:, 0] >= grown.x0) & (xy[:, 0] <= grown.x1)
+        if np.any(within_x & (xy[:, 1] >= grown.y0) & (xy[:, 1] <= grown.y1)):
+            return True
+    return any(box.overlaps(other) for other in boxes)
+
+
+def _legend_clear_of_data(ax, **kwargs):
+    """A legend where it hides nothing drawn: a free place inside the axes, else outside on the right."""
+    ax.autoscale_view()
+    shapes = _drawn_shapes(ax)
+    for place in _LEGEND_PLACES:
+        legend = ax.legend(loc=place, **kwargs)
+        if not _hides(legend.get_window_extent(), shapes):
+            return legend
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kwargs)
+
+
+def _label_candidates(tip, outward, width, height):
+    """(cost, centre) of places for a ``width`` x ``height`` label at ``tip``, pointing ``outward`` (pixels).
+
+    First beyond the tip, at growing gaps and sideways shifts; then drawn
+    back alongside the arrow's last stretch (shifted sideways so as to clear
+    it), for long labels near the frame.
+    """
+    across = np.array([-outward[1], outward[0]])
+    reach = abs(outward[0]) * width / 2 + abs(outward[1]) * height / 2
+    for gap in (3.0, 9.0, 18.0, 30.0, 45.0, 65.0, 90.0):
+        for shift in (0, 1, -1, 2, -2, 3, -3, 4, -4, 5, -5):
+            yield gap + 4 * abs(shift), tip + outward * (reach + gap) + across * shift * 0.9 * height
+    for back in (0.25, 0.5, 0.75, 1.0):
+        for shift in (1, -1, 2, -2, 3, -3):
+            centre = tip + outward * (reach + 3.0 - back * width) + across * shift * 0.9 * height
+            yield 20 + back * width / 4 + 4 * abs(shift), centre
+
+
+def _place_labels(ax, texts, tips) -> list:
+    """Move each text next to its arrow tip (data coordinates), outward from the origin.
+
+    Greedy, longest arrow first: of the candidate places beyond the tip, the
+    nearest that lies inside the frame (3 px clear of it) and overlaps no
+    label placed before; each arrow the label would cross counts as 25 px
+    further out (the names have a light background). Returns each label's
+    box (display pixels), None for a label that found no such place inside
+    the frame (the caller widens the axes and tries again).
+    """
+    to_display = ax.transData
+    origin = to_display.transform((0.0, 0.0))
+    ends = to_display.transform(tips)
+    arrows = [Path([origin, end]) for end in ends]
+    frame = ax.get_window_extent().padded(-3.0)
+    placed, boxes = [], [None] * len(texts)
+    for i in np.argsort(-np.linalg.norm(ends - origin, axis=1), kind="stable"):
+        extent = texts[i].get_window_extent()
+        direction = ends[i] - origin
+        length = np.linalg.norm(direction)
+        outward = direction / length if length > 0 else np.array([0.0, 1.0])
+        best = None
+        for distance, centre in _label_candidates(ends[i], outward, extent.width, extent.height):
+            box = Bbox.from_bounds(centre[0] - extent.width / 2, centre[1] - extent.height / 2,
+                                   extent.width, extent.height)
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            if not inside or any(box.overlaps(other) for other in placed):
+                continue
+            crossed = sum(arrow.intersects_bbox(box, filled=False) for arrow in arrows)
+            cost = 25.0 * crossed + distance  # a crossed arrow weighs as 25 px further out
+            if best is None or cost < best[0]:
+                best = (cost, centre, box)
+        if best is not None:
+            texts[i].set_position(to_display.inverted().transform(best[1]))
+            placed.append(best[2])
+            boxes[i] = best[2]
+    return boxes
+
+
 def _scatter_labelled(ax, x, y, labels, **kwargs):
-    """Scatter the points, coloured by ``labels``; return one RGBA colour per point."""
+    """Scatter the points, coloured by ``labels``; return one RGBA colour per point.
+
+    Categories are drawn one collection each with their label; the caller
+    adds the legend (:func:`_legend_clear_of_data`) once everything is drawn.
+    """
     n = x.shape[0]
     if labels is None:
         ax.scatter(x, y, color="C0", **kwargs)
@@ -101,8 +236,13 @@ def _scatter_labelled(ax, x, y, labels, **kwargs):
         mask = lab == value
         colours[mask] = rgba
         ax.scatter(x[mask], y[mask], color=rgba, label=str(value), **kwargs)
-    ax.legend(title=getattr(labels, "name", None), fontsize="small")
     return colours
+
+
+def _category_legend(ax, labels) -> None:
+    """The legend of :func:`_scatter_labelled`'s categories, if any, clear of the data."""
+    if ax.get_legend_handles_labels()[0]:
+        _legend_clear_of_data(ax, title=getattr(labels, "name", None), fontsize="small")
 
 
 def _loadings(model):
@@ -125,6 +265,25 @@ def _axis_names(model, comps):
     return [f"{prefix}{c + 1}" for c in comps]
 
 
+_MODEL_NAMES = {"PCA": "PCA", "PPCA": "pPCA", "FactorAnalysis": "Factor analysis"}
+
+
+def _model_name(model) -> str:
+    return _MODEL_NAMES.get(type(model).__name__, type(model).__name__)
+
+
+def _estimate_name(model) -> str:
+    """How the shown parameters were estimated, e.g. ``"posterior mean, varimax rotation"``."""
+    method = getattr(model, "method_", None)
+    parts = [{"nuts": "posterior mean", "svi": "SVI estimate"}.get(method, "maximum likelihood")]
+    if method is None:
+        parts = []  # PCA: no model to estimate
+    rotation = getattr(model, "rotation", None)
+    if isinstance(rotation, str):
+        parts.append(f"{rotation} rotation")
+    return ", ".join(parts)
+
+
 def _loadings_draws(model):
     """Posterior draws of the (rotated) loadings, shape (draws, n_features, k), or None for ML fits."""
     if getattr(model, "nuts_", None) is None:
@@ -142,14 +301,14 @@ def _interval(draws, ci_prob):
 
 
 # ------------------------------------------------------------------- scree
-def plot_scree(source, *, criteria=SCREE_CRITERIA, ax=None):
+def plot_scree(source, *, criteria=None, ax=None):
     """Scree plot: one bar per eigenvalue, a dashed line at each selection rule's k.
 
     The bars are the sample-covariance eigenvalues ``lambda_j = s_j^2 / (n - 1)``;
     a rule that keeps ``k`` components is drawn at ``x = k + 0.5``, between the
     last kept and the first dropped bar, labelled ``"rule: k = ..."`` (rules
-    that agree share a line). The rules are those of
-    :mod:`bayespca.selection`, applied to the same singular values.
+    that agree share a line; the legend lists them by ``k``). The rules are
+    those of :mod:`bayespca.selection`, applied to the same singular values.
 
     Parameters
     ----------
@@ -158,10 +317,10 @@ def plot_scree(source, *, criteria=SCREE_CRITERIA, ax=None):
         fitted with ``n_components=None`` or a selection rule, whose
         ``selection_`` is marked too) or a :class:`bayespca.Selection`
         (its rule is always marked).
-    criteria : sequence of str, default=("mle", "gavish-donoho", "bic", "profile-likelihood")
-        Further rules to mark, from :data:`bayespca.selection.METHODS`; rules
-        that cannot apply (e.g. ``"mle"`` with ``n < d``) are skipped. Needs
-        the whole spectrum.
+    criteria : sequence of str, optional
+        Further rules to mark, from :data:`bayespca.selection.METHODS`
+        (default: all of them); rules that cannot apply (e.g. ``"mle"`` with
+        ``n < d``) are skipped. Needs the whole spectrum.
     ax : matplotlib Axes, optional
 
     Returns
@@ -174,7 +333,7 @@ def plot_scree(source, *, criteria=SCREE_CRITERIA, ax=None):
     >>> from bayespca import PCA
     >>> ax = plot_scree(PCA().fit(load_iris().data))
     >>> [line.get_label() for line in ax.lines]
-    ['mle, bic: k = 3', 'gavish-donoho, profile-likelihood: k = 1']
+    ['variance, elbow, gaic, gavish-donoho, profile-likelihood: k = 1', 'rank: k = 2', 'aic, bic, mle: k = 3']
     """
     from bayespca.selection import METHODS, Selection, select_from_singular_values
 
@@ -193,7 +352,7 @@ def plot_scree(source, *, criteria=SCREE_CRITERIA, ax=None):
             marked[sel.method] = sel.n_components
     else:
         raise TypeError(f"source must be a fitted bayespca.PCA or a Selection; got {type(source).__name__}.")
-    for rule in criteria:
+    for rule in METHODS if criteria is None else criteria:
         if rule not in METHODS:
             raise ValueError(f"criteria must hold rules from {list(METHODS)}; got {rule!r}.")
         if complete and rule not in marked:
@@ -208,14 +367,14 @@ def plot_scree(source, *, criteria=SCREE_CRITERIA, ax=None):
     by_k = {}
     for rule, k in marked.items():
         by_k.setdefault(k, []).append(rule)
-    for i, (k, rules) in enumerate(by_k.items()):
-        ax.axvline(k + 0.5, color=f"C{i}", linestyle="--", label=f"{', '.join(rules)}: k = {k}")
+    for i, k in enumerate(sorted(by_k)):
+        ax.axvline(k + 0.5, color=f"C{i}", linestyle="--", label=f"{', '.join(by_k[k])}: k = {k}")
     ax.set_xticks(ks)
     ax.set_xlabel("component")
     ax.set_ylabel("eigenvalue (variance)")
-    ax.set_title("Scree plot")
+    ax.set_title("Scree plot: eigenvalues and the k each rule keeps")
     if by_k:
-        ax.legend(fontsize="small")
+        _legend_clear_of_data(ax, fontsize="small", title="rule: components kept", title_fontsize="small")
     return ax
 
 
@@ -228,6 +387,10 @@ def plot_biplot(model, X, *, components=(0, 1), labels=None, feature_names=None,
     ``W``: ``loadings_`` for PPCA and FactorAnalysis (posterior mean for NUTS
     fits, rotated when the model rotates), ``components_.T * sqrt(explained_variance_)``
     for PCA.
+
+    Each feature's name sits beyond its arrow tip, moved sideways or further
+    out where it would overlap another name or leave the frame (the axes
+    grow until every name fits).
 
     Parameters
     ----------
@@ -270,16 +433,46 @@ def plot_biplot(model, X, *, components=(0, 1), labels=None, feature_names=None,
     names = _feature_names(model, feature_names, d)
     ax = _new_axes(ax)
     _scatter_labelled(ax, scores[:, 0], scores[:, 1], labels, s=12, alpha=0.7)
-    for name, (u, v) in zip(names, arrows * arrow_scale, strict=True):
+    tips = arrows * arrow_scale
+    for u, v in tips:
         ax.annotate("", xy=(u, v), xytext=(0, 0), arrowprops={"arrowstyle": "->", "color": "C3"})
-        ax.text(1.08 * u, 1.08 * v, name, color="C3", ha="center", va="center", fontsize="small")
+    # A light background keeps a name legible where it crosses another arrow or points.
+    background = {"boxstyle": "square,pad=0.1", "facecolor": "white", "alpha": 0.7, "edgecolor": "none"}
+    texts = [ax.text(u, v, name, color="C3", ha="center", va="center", fontsize="small", bbox=background)
+             for name, (u, v) in zip(names, tips, strict=True)]
     ax.axhline(0, color="0.8", linewidth=0.8, zorder=0)
     ax.axvline(0, color="0.8", linewidth=0.8, zorder=0)
     xlabel, ylabel = _axis_names(model, comps)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title("Biplot")
+    ax.set_title(f"Biplot: {_model_name(model)} scores and loadings")
+    ax.update_datalim(np.vstack([tips, np.zeros((1, 2))]))
+    ax.autoscale_view()
+    for _ in range(12):
+        boxes = _place_labels(ax, texts, tips)
+        if all(box is not None for box in boxes):
+            break
+        # Some name found no place inside the frame: give the axes 5% more room on every side.
+        (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+        ax.set_xlim(x0 - 0.05 * (x1 - x0), x1 + 0.05 * (x1 - x0))
+        ax.set_ylim(y0 - 0.05 * (y1 - y0), y1 + 0.05 * (y1 - y0))
+    ax.set_xlim(ax.get_xlim())  # the names were placed for these limits: keep them
+    ax.set_ylim(ax.get_ylim())
+    _leaders(ax, tips, boxes)
+    _category_legend(ax, labels)
     return ax
+
+
+def _leaders(ax, tips, boxes, min_gap=12.0):
+    """A thin line from each arrow tip to its name where the name had to move away (> ``min_gap`` px)."""
+    to_display = ax.transData
+    for tip, box in zip(to_display.transform(tips), boxes, strict=True):
+        if box is None:
+            continue
+        nearest = np.clip(tip, [box.x0, box.y0], [box.x1, box.y1])
+        if np.linalg.norm(nearest - tip) > min_gap:
+            (x0, y0), (x1, y1) = to_display.inverted().transform([tip, nearest])
+            ax.plot([x0, x1], [y0, y1], color="C3", linewidth=0.6, alpha=0.6, label="_leader")
 
 
 # ---------------------------------------------------------------- loadings
@@ -290,7 +483,8 @@ def plot_loadings(model, *, kind="heatmap", ci_prob=0.89, feature_names=None, ax
     fits the posterior mean) with its value in each cell; for NUTS fits a
     ``*`` marks the loadings whose ``ci_prob`` credible interval excludes 0.
     ``kind="interval"`` (NUTS fits): per feature and component, the posterior
-    mean and credible interval, one colour per component.
+    mean and credible interval, one colour per component. The title names the
+    model, how the loadings were estimated and the rotation.
 
     The draws are those of the identified ``W`` (see ``identification_``),
     multiplied by ``rotation_matrix_`` for a rotated FactorAnalysis. Signs and
@@ -338,8 +532,9 @@ def plot_loadings(model, *, kind="heatmap", ci_prob=0.89, feature_names=None, ax
         ax.set_yticks(rows, names)
         ax.invert_yaxis()
         ax.set_xlabel(f"loading (posterior mean, {ci_prob:.0%} interval)")
-        ax.legend(fontsize="small")
-        ax.set_title("Loadings")
+        ax.set_title(f"{_model_name(model)} loadings\n({_estimate_name(model)} and {ci_prob:.0%} interval)",
+                     fontsize="medium")
+        _legend_clear_of_data(ax, fontsize="small")
         return ax
     vmax = float(np.max(np.abs(mean))) or 1.0
     image = ax.imshow(mean, cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto")
@@ -355,24 +550,40 @@ def plot_loadings(model, *, kind="heatmap", ci_prob=0.89, feature_names=None, ax
     ax.set_yticks(np.arange(d), names)
     ax.set_xticks(np.arange(k), [str(j + 1) for j in range(k)])
     ax.set_xlabel("component")
-    title = "Loadings"
+    detail = _estimate_name(model)
     if draws is not None:
-        title += f" (posterior mean; * : {ci_prob:.0%} interval excludes 0)"
-    ax.set_title(title, fontsize="medium")
+        detail += f"; * : {ci_prob:.0%} interval excludes 0"
+    ax.set_title(f"{_model_name(model)} loadings" + (f"\n({detail})" if detail else ""), fontsize="medium")
     return ax
 
 
 # ------------------------------------------------------------ latent space
-def _ellipses(ax, means, covs, radius, colours, alpha):
-    """One collection of the ellipses ``{z : (z - m_i)^T C_i^{-1} (z - m_i) = radius^2}`` (2 x 2 ``C_i``)."""
+def _ellipse_axes(covs, radius):
+    """Full axes (major, minor) and angle (degrees) of ``{z : z^T C^{-1} z = radius^2}`` for 2 x 2 ``C``."""
     evals, evecs = np.linalg.eigh(covs)  # ascending: column 1 is the major axis
     angles = np.degrees(np.arctan2(evecs[:, 1, 1], evecs[:, 0, 1]))
-    axes = 2 * radius * np.sqrt(np.maximum(evals[:, ::-1], 0.0))
+    return 2 * radius * np.sqrt(np.maximum(evals[:, ::-1], 0.0)), angles
+
+
+def _spread_rows(means, areas, count):
+    """``count`` rows spread over the plot: the largest ellipse first, then farthest-point sampling."""
+    chosen = [int(np.argmax(areas))]
+    distance = np.linalg.norm(means - means[chosen[0]], axis=1)
+    for _ in range(count - 1):
+        chosen.append(int(np.argmax(distance)))
+        distance = np.minimum(distance, np.linalg.norm(means - means[chosen[-1]], axis=1))
+    return np.sort(chosen)
+
+
+def _ellipses(ax, means, covs, radius, colours):
+    """One collection of the ellipses ``{z : (z - m_i)^T C_i^{-1} (z - m_i) = radius^2}`` (2 x 2 ``C_i``)."""
+    axes, angles = _ellipse_axes(covs, radius)
     facecolors = np.array(colours, dtype=float)
-    facecolors[:, 3] = alpha
+    edgecolors = facecolors.copy()
+    facecolors[:, 3], edgecolors[:, 3] = 0.08, 0.8
     collection = EllipseCollection(
         axes[:, 0], axes[:, 1], angles, units="xy", offsets=means, offset_transform=ax.transData,
-        facecolors=facecolors, edgecolors="none",
+        facecolors=facecolors, edgecolors=edgecolors, linewidths=0.8,
     )
     ax.add_collection(collection)
     # The ellipses lie within a circle of their major semi-axis: enough for the axis limits.
@@ -381,8 +592,8 @@ def _ellipses(ax, means, covs, radius, colours, alpha):
     return collection
 
 
-def plot_latent(model, X, *, components=(0, 1), prob=0.9, labels=None, ax=None):
-    """Posterior means of the latent ``z_i`` with a ``prob`` credible ellipse per point.
+def plot_latent(model, X, *, components=(0, 1), prob=0.9, labels=None, max_ellipses=20, ax=None):
+    """Posterior means of the latent ``z_i`` with ``prob`` credible ellipses.
 
     From ``model.latent_posterior(X)``: for maximum-likelihood fits
     ``z_i | x_i ~ N(M^{-1} W^T Psi^{-1} (x_i - mu), M^{-1})`` with
@@ -393,6 +604,13 @@ def plot_latent(model, X, *, components=(0, 1), prob=0.9, labels=None, ax=None):
     2 x 2 block of its covariance: it holds ``prob`` of a Gaussian's mass, and
     its axes are ``2 sqrt(chi2_2^{-1}(prob) eigenvalue)``.
 
+    Every point is drawn; with more than ``max_ellipses`` points, ellipses
+    (outlined, lightly filled) are drawn for ``max_ellipses`` of them, spread
+    over the plot: the point with the largest ellipse first (e.g. the one with
+    most missing entries), then each next the point farthest from those
+    already chosen. Hundreds of overlapping ellipses would merge into blobs;
+    without missing values they all have nearly the same size anyway.
+
     Parameters
     ----------
     model : fitted PPCA or FactorAnalysis
@@ -401,15 +619,17 @@ def plot_latent(model, X, *, components=(0, 1), prob=0.9, labels=None, ax=None):
     components : pair of int, default=(0, 1)
     prob : float in (0, 1), default=0.9
     labels : array-like of shape (n_samples,), optional
+    max_ellipses : int or None, default=20
+        Most ellipses drawn; None draws one per point.
     ax : matplotlib Axes, optional
 
     Returns
     -------
     matplotlib.axes.Axes
         The ellipses are one ``EllipseCollection`` (``ax.collections[-1]``),
-        one ellipse per point in row order: ``get_widths()`` (major axes),
+        in row order of the points drawn: ``get_widths()`` (major axes),
         ``get_heights()``, ``get_angles()`` (degrees), ``get_offsets()``
-        (centres).
+        (centres, equal to those points' posterior means).
 
     Examples
     --------
@@ -417,12 +637,17 @@ def plot_latent(model, X, *, components=(0, 1), prob=0.9, labels=None, ax=None):
     >>> from bayespca import PPCA
     >>> X = load_iris().data
     >>> ax = plot_latent(PPCA(2).fit(X), X)
-    >>> len(ax.collections[-1].get_widths())
-    150
+    >>> len(ax.collections[-1].get_widths()), len(plot_latent(PPCA(2).fit(X), X, max_ellipses=None)
+    ...                                               .collections[-1].get_widths())
+    (20, 150)
     """
     if not hasattr(model, "latent_posterior"):
         raise TypeError(f"model must be a fitted PPCA or FactorAnalysis; got {type(model).__name__}.")
     prob = _check_prob(prob, "prob")
+    if max_ellipses is not None and (
+        isinstance(max_ellipses, bool) or not isinstance(max_ellipses, numbers.Integral) or max_ellipses < 1
+    ):
+        raise ValueError(f"max_ellipses must be None or an int >= 1; got {max_ellipses!r}.")
     post = model.latent_posterior(X)
     mean, cov = np.asarray(post.mean), np.asarray(post.covariance)
     n, k = mean.shape
@@ -431,13 +656,18 @@ def plot_latent(model, X, *, components=(0, 1), prob=0.9, labels=None, ax=None):
     radius = np.sqrt(-2 * np.log1p(-prob))  # chi2 quantile with 2 degrees of freedom
     ax = _new_axes(ax)
     colours = _scatter_labelled(ax, mean[:, comps[0]], mean[:, comps[1]], labels, s=10, zorder=3)
-    # Many overlapping ellipses saturate: fainter fill as the points get more.
-    _ellipses(ax, mean[:, comps], cov, radius, colours, alpha=float(np.clip(5.0 / n, 0.04, 0.25)))
+    rows = np.arange(n)
+    if max_ellipses is not None and n > max_ellipses:
+        rows = _spread_rows(mean[:, comps], np.linalg.det(cov), int(max_ellipses))
+    _ellipses(ax, mean[rows][:, comps], cov[rows], radius, colours[rows])
     ax.autoscale_view()
     xlabel, ylabel = _axis_names(model, comps)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(f"Latent space ({prob:.0%} posterior ellipses)")
+    which = "" if rows.size == n else f" for {rows.size} of {n} points"
+    ax.set_title(f"{_model_name(model)} latent space: posterior means of z,\n"
+                 f"{prob:.0%} credible ellipses{which}", fontsize="medium")
+    _category_legend(ax, labels)
     return ax
 
 
@@ -490,8 +720,9 @@ def plot_noise(model, *, ci_prob=0.89, bins=30, feature_names=None, ax=None):
             ax.axvline(model.noise_variance_, color="C0", label="maximum likelihood")
             ax.set_yticks([])
         ax.set_xlabel("sigma^2")
-        ax.legend(fontsize="small")
-        ax.set_title("Noise variance")
+        _legend_clear_of_data(ax, fontsize="small")
+        how = "posterior draws" if bayesian else _estimate_name(model)
+        ax.set_title(f"{_model_name(model)} noise variance sigma^2 ({how})", fontsize="medium")
         return ax
     psi = np.asarray(model.noise_variance_)
     d = psi.size
@@ -508,7 +739,7 @@ def plot_noise(model, *, ci_prob=0.89, bins=30, feature_names=None, ax=None):
         ax.set_xlabel("psi (maximum likelihood)")
     ax.set_yticks(rows, names)
     ax.invert_yaxis()
-    ax.set_title("Noise variances (uniquenesses)")
+    ax.set_title(f"{_model_name(model)} noise variances psi (uniquenesses)", fontsize="medium")
     return ax
 
 
@@ -522,6 +753,8 @@ def plot_comparison(result, *, recommended=None, ax=None):
     Points are ``elpd`` (PSIS-LOO) with error bars of one standard error
     ``se``; a dashed line marks the recommended ``k`` and, when the table has
     the boolean column ``gavish_donoho``, a dotted one the Gavish-Donoho ``k``.
+    The rule behind the recommendation (a ComparisonResult's ``rule``) is
+    written under the axis label, wrapped to the width of the axes.
 
     Parameters
     ----------
@@ -568,16 +801,23 @@ def plot_comparison(result, *, recommended=None, ax=None):
         recommended = table.index[int(np.nanargmax(elpd))]
     ax = _new_axes(ax)
     ax.errorbar(ks, elpd, yerr=table["se"].to_numpy(dtype=float), fmt="o-", color="C0", capsize=3,
-                label="elpd (LOO) +- se")
+                label="elpd (PSIS-LOO) ± 1 se")
     if "gavish_donoho" in table.columns and table["gavish_donoho"].astype(bool).any():
         k_gd = table.index[table["gavish_donoho"].astype(bool).to_numpy()][0]
         ax.axvline(k_gd, color="0.5", linestyle=":", label=f"Gavish-Donoho k = {k_gd}")
     ax.axvline(recommended, color="C3", linestyle="--", label=f"recommended k = {recommended}")
     ax.set_xticks(ks)
     ax.set_xlabel("number of components k")
-    ax.set_ylabel("elpd")
-    ax.set_title("Model comparison" if rule is None else f"Model comparison\n{rule}", fontsize="medium")
-    ax.legend(fontsize="small")
+    ax.set_ylabel("expected log predictive density (elpd)")
+    ax.set_title("Model comparison by PSIS-LOO", fontsize="medium")
+    if rule is not None:
+        # The rule is a sentence: wrapped to the axes' width, in small type under the axis label.
+        width = ax.get_window_extent().width * 72 / ax.figure.dpi
+        chars = max(30, int(width / (0.5 * 0.833 * plt.rcParams["font.size"])))
+        ax.annotate("\n".join(textwrap.wrap(f"Recommended k = {recommended}: {rule}.", chars)),
+                    xy=(0.5, 0.0), xycoords=ax.xaxis.label, xytext=(0, -6), textcoords="offset points",
+                    ha="center", va="top", fontsize="small", color="0.25")
+    _legend_clear_of_data(ax, fontsize="small")
     return ax
 
 
@@ -626,6 +866,15 @@ def plot_kernel_pca(model, X=None, *, components=(0, 1), labels=None, ax=None):
 
 
 # ----------------------------------------------------------- diagnostics
+_VARIABLE_NAMES = {
+    "sigma2": "noise variance sigma^2",
+    "psi": "noise variances psi",
+    "eigenvalues": "eigenvalues of W W^T",
+    "log_lik": "log-likelihood",
+}
+_MAX_KEYED = 15  # a variable with more coordinates than this gets no colour key (W, for one)
+
+
 def plot_trace(model, var_names=None, **kwargs):
     """ArviZ trace and marginal posterior plots of a NUTS fit.
 
@@ -633,6 +882,9 @@ def plot_trace(model, var_names=None, **kwargs):
     ``W``: the noise (``sigma2`` or ``psi``), the ``eigenvalues`` of ``W W^T``
     and ``log_lik``. This is ``arviz_plots.plot_trace_dist`` on
     ``model.posterior_`` with the matplotlib backend; ``kwargs`` go to it.
+    With matplotlib, each density panel is labelled with its variable, and a
+    key above the panels gives the line style of each chain and the colour of
+    each coordinate (e.g. ``eigenvalues[0]``) of variables with at most 15.
 
     Returns
     -------
@@ -646,5 +898,44 @@ def plot_trace(model, var_names=None, **kwargs):
     if var_names is None:
         noise = "psi" if np.ndim(model.noise_variance_) == 1 else "sigma2"
         var_names = [noise, "eigenvalues", "log_lik"]
+    var_names = [var_names] if isinstance(var_names, str) else list(var_names)
     kwargs.setdefault("backend", "matplotlib")
-    return plot_trace_dist(model.posterior_, var_names=var_names, **kwargs)
+    if kwargs["backend"] == "matplotlib":
+        kwargs.setdefault("figure_kwargs", {"figsize": (9.0, 1.2 + 2.0 * len(var_names))})
+    collection = plot_trace_dist(model.posterior_, var_names=var_names, **kwargs)
+    if kwargs["backend"] == "matplotlib":
+        _label_trace(collection, var_names)
+    return collection
+
+
+def _label_trace(collection, var_names) -> None:
+    """Name each density panel; a key of chains (line styles) and coordinates (colours) above the panels."""
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
+
+    plots, aes = collection.viz["plot"], collection.aes
+    for name in var_names:
+        dist = plots[name].sel(column="dist").item()
+        dist.set_xlabel(_VARIABLE_NAMES.get(name, name))
+        dist.xaxis.set_major_locator(MaxNLocator(6))  # log-likelihood ticks ran into each other
+    handles = []
+    if "linestyle" in aes.children:
+        styles = aes["linestyle"]["mapping"]
+        handles += [Line2D([], [], color="0.3", linestyle=style, label=f"chain {int(chain)}")
+                    for chain, style in zip(styles["chain"].values, styles.values, strict=True)]
+    for name in var_names:
+        colours = aes["color"][name] if "color" in aes.children and name in aes["color"] else None
+        if colours is not None and colours.ndim == 1 and colours.size <= _MAX_KEYED:
+            dim = colours.dims[0]
+            handles += [Line2D([], [], color=colour, label=f"{name}[{coord}]")
+                        for coord, colour in zip(colours[dim].values, colours.values, strict=True)]
+    if not handles:
+        return
+    figure = collection.viz["figure"].item()
+    columns = min(len(handles), 8)
+    rows = -(-len(handles) // columns)
+    # Room above the top panels for the key (about 0.22 inch per row of small text, plus a margin) and
+    # between the rows for the axis labels.
+    figure.subplots_adjust(top=1.0 - (0.3 + 0.22 * rows) / figure.get_figheight(), hspace=0.6, wspace=0.25)
+    figure.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1.0), ncols=columns,
+                  fontsize="small", frameon=False)

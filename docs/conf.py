@@ -2,10 +2,11 @@
 
 Build: ``sphinx-build -W --keep-going -b html docs docs/_build/html``.
 The notebooks in ``notebooks/`` (linked here as ``docs/notebooks``) are
-executed during the build, with ``BAYESPCA_NOTEBOOK_SMALL=1`` unless the
-environment sets it: one execution both renders their outputs and is the
-test that they run (``tests/test_docs.py``). ``BAYESPCA_DOCS_EXECUTE=off``
-renders them without outputs (a quick look at the prose).
+stored executed in their small mode (``make notebooks``); the build renders
+those stored outputs, so the pages show what the code host shows and the
+build takes seconds. ``BAYESPCA_DOCS_EXECUTE=force`` executes them again
+during the build (with ``BAYESPCA_NOTEBOOK_SMALL=1`` unless the environment
+sets it).
 """
 
 import os
@@ -52,7 +53,7 @@ numpydoc_validation_checks: set[str] = set()
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
 
-nb_execution_mode = os.environ.get("BAYESPCA_DOCS_EXECUTE", "force")
+nb_execution_mode = os.environ.get("BAYESPCA_DOCS_EXECUTE", "off")
 nb_execution_timeout = 300
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True

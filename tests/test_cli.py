@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+from scipy.stats import multivariate_normal
 from sklearn.datasets import load_wine
 from sklearn.decomposition import PCA as SkPCA
 
@@ -62,6 +63,15 @@ def test_fit_nuts_netcdf_equals_python_api(frame, csv, tmp_path, capsys):
     table = api.summary()
     np.testing.assert_allclose(table.loc["W[b, 0]", "mean"], w_mean[1, 0], rtol=1e-12)
     np.testing.assert_allclose(table.loc["W[a, 1]", "mean"], w_mean[0, 1], rtol=1e-12)
+    # ESS are counts: printed as the nearest integers of ArviZ's estimates.
+    fields = next(row for row in printed.splitlines() if row.startswith("sigma2")).split()
+    assert [int(f) for f in fields[5:7]] == [round(table.loc["sigma2", c]) for c in ("ess_bulk", "ess_tail")]
+    # The log-likelihood is said to be at the posterior mean, and is: scipy's density at the mean draws.
+    cov = w_mean @ w_mean.T + api.noise_variance_samples_.mean() * np.eye(5)
+    at_mean = multivariate_normal(api.mean_samples_.mean((0, 1)), cov).logpdf(frame.to_numpy()).sum()
+    line = next(row for row in printed.splitlines() if row.startswith("log-likelihood"))
+    assert line.startswith("log-likelihood of the data at the posterior mean of (W, noise, mu): ")
+    np.testing.assert_allclose(float(line.rsplit(" ", 1)[1]), at_mean, rtol=1e-5)
 
 
 def test_fit_closed_form_writes_point_estimates(frame, csv, tmp_path, capsys):
@@ -213,3 +223,259 @@ def test_demo_small_writes_its_report(tmp_path, capsys):
     row = pd.read_csv(folder / "comparison.csv", index_col=0).sort_values("elpd").iloc[-1]
     n = len(data)
     assert abs(row["elpd"] - n * row["cv_log_likelihood"]) < 3 * np.hypot(row["se"], n * row["cv_se"])
+
+
+# ------------------------------------------------------------ import cost
+HEAVY = ("jax", "numpyro", "arviz", "matplotlib", "sklearn", "scipy", "pandas", "xarray")
+
+
+def test_help_loads_no_numerical_library():
+    # A fresh process: what `bayespca --help` imports is the parser module and the package root.
+    code = ("import sys, bayespca.cli as cli; cli.build_parser().format_help(); "
+            f"print([m for m in {HEAVY!r} if m in sys.modules])")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
+    run = subprocess.run([sys.executable, "-m", "bayespca", "--help"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert run.returncode == 0 and "{fit,compare,demo}" in run.stdout
+
+
+@pytest.mark.parametrize("first", ["bayespca", "jax"])
+def test_float64_whichever_is_imported_first(first):
+    # The package promises float64 JAX whether JAX was imported before it or is imported after.
+    second = "jax" if first == "bayespca" else "bayespca"
+    code = (f"import {first}; import {second}; from bayespca.pca import PCA; import jax.numpy as jnp; "
+            "print(jnp.asarray(1.0).dtype, PCA.__name__)")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "JAX_ENABLE_X64"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120, env=env)
+    assert run.stdout.split() == ["float64", "PCA"], run.stderr
+
+
+# ------------------------------------------------------ errors before work
+@pytest.fixture
+def no_work(monkeypatch):
+    """Every expensive step raises: an error must come before any of them."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("work started before the output path was checked")
+
+    monkeypatch.setattr(PPCA, "fit", refuse)
+    monkeypatch.setattr(FactorAnalysis, "fit", refuse)
+    monkeypatch.setattr("bayespca.cli.read_csv", refuse)
+    monkeypatch.setitem(sys.modules, "bayespca.comparison",
+                        types.SimpleNamespace(compare_n_components=refuse))
+    monkeypatch.setitem(sys.modules, "bayespca.demo", types.SimpleNamespace(run_demo=refuse))
+
+
+# (command, option, path under tmp_path, what the one-line error says); "a_file" is a regular file.
+OUTPUT_CASES = {
+    "fit, no such folder": ("fit", "--out", "nope/f.nc", "does not exist"),
+    "fit, folder is a file": ("fit", "--out", "a_file/f.nc", "is not a folder"),
+    "fit, wrong suffix": ("fit", "--out", "f.csv", "ending in .nc"),
+    "fit, out is a folder": ("fit", "--out", "a_folder.nc", "is a folder"),
+    "compare, csv suffix": ("compare", "--out", "t.txt", "ending in .csv"),
+    "compare, plot folder": ("compare", "--plot", "nope/e.png", "does not exist"),
+    "compare, plot suffix": ("compare", "--plot", "e.gif", "ending in .png or .pdf"),
+    "demo, under a file": ("demo", "--out", "a_file/report", "is a file, not a folder"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OUTPUT_CASES))
+def test_output_path_refused_before_any_work(case, csv, tmp_path, capsys, no_work):
+    command, option, relative, message = OUTPUT_CASES[case]
+    (tmp_path / "a_file").write_text("x")
+    (tmp_path / "a_folder.nc").mkdir()
+    before = sorted(tmp_path.rglob("*"))
+    data = [] if command == "demo" else [str(csv)]
+    assert main([command, *data, option, str(tmp_path / relative)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("bayespca: error: ") and message in err, err
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_failed_write_leaves_no_file_and_one_line(csv, tmp_path, capsys, monkeypatch):
+    # A writer that dies half-way (disk full, a library bug): the target never appears, the
+    # temporary file is removed, and the user reads one line, with the traceback behind --debug.
+    def half_write(self, path, **kwargs):
+        Path(path).write_bytes(b"\x89HDF\r\n")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(xr.DataTree, "to_netcdf", half_write)
+    out = tmp_path / "fit.nc"
+    argv = ["fit", str(csv), "--method", "closed_form", "--n-components", "2", "--out", str(out)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err == ("bayespca: internal error: RuntimeError: disk full (rerun with --debug for the traceback, "
+                   "and please report it)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.csv"]
+    with pytest.raises(RuntimeError, match="disk full"):
+        main([*argv, "--debug"])
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--seed", "-1", "expected an int >= 0"),
+    ("--seed", "1.5", "expected an int >= 0"),
+    ("--target-accept", "1.2", "expected a probability in (0, 1)"),
+    ("--prior", "wide", "invalid choice: 'wide'"),
+])
+def test_bad_option_one_line_exit_2(option, value, message, csv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", str(csv), option, value])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and f"argument {option}" in err, err
+
+
+# ----------------------------------------------------------- pass-through
+def test_fit_passes_prior_target_accept_and_a_huge_seed(csv, capsys, monkeypatch):
+    seen = {}
+
+    def record(self, X, y=None):
+        seen.update(self.get_params())
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(PPCA, "fit", record)
+    huge = 2**70
+    argv = ["fit", str(csv), "--prior", "ard", "--target-accept", "0.97", "--seed", str(huge),
+            "--chains", "3", "--draws", "20", "--warmup", "10"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == "bayespca: error: stop here\n"
+    assert seen["prior"] == "ard" and seen["target_accept_prob"] == 0.97 and seen["random_state"] == huge
+    assert (seen["num_chains"], seen["num_samples"], seen["num_warmup"]) == (3, 20, 10)
+
+
+def test_huge_seed_is_kept_in_the_netcdf_attributes(csv, tmp_path):
+    # The seed rule takes ints of any size; netCDF attributes hold int64, so the seed goes as text.
+    out = tmp_path / "em.nc"
+    assert main(["fit", str(csv), "--method", "em", "--n-components", "1", "--seed", str(2**70),
+                 "--out", str(out)]) == 0
+    assert int(xr.open_datatree(out).attrs["seed"]) == 2**70
+
+
+def _stand_in_comparison(monkeypatch, table, warn=None):
+    """bayespca.comparison replaced by a recorder; ``warn(k)`` runs inside an estimator's fit per k."""
+    calls = []
+
+    class Estimator:
+        __module__ = "bayespca.probabilistic"  # as the comparison's own fits
+
+        def __init__(self, n_components):
+            self.n_components = n_components
+
+        def fit(self):
+            if warn is not None:
+                warn(self.n_components)
+
+    class ParetoKWarning(UserWarning):
+        pass
+
+    def compare_n_components(X, n_components, **kwargs):
+        calls.append((X, n_components, kwargs))
+        for k in n_components:
+            Estimator(k).fit()
+        warnings.warn("n_components=2: Pareto k-hat > 0.7 for 1 of 40 rows (max 0.70); try num_samples.",
+                      ParetoKWarning, stacklevel=2)
+        return types.SimpleNamespace(table=table, n_components=2, rule="largest elpd", comparison=None)
+
+    module = types.SimpleNamespace(compare_n_components=compare_n_components, KHAT_THRESHOLD=0.7,
+                                   ParetoKWarning=ParetoKWarning)
+    monkeypatch.setitem(sys.modules, "bayespca.comparison", module)
+    return calls
+
+
+def test_compare_warnings_say_which_k_and_keep_the_evidence(csv, capsys, monkeypatch):
+    table = pd.DataFrame({"elpd": [-90.0, -80.0], "se": [5.0, 4.0], "pareto_k_max": [0.5, 0.7004]},
+                         index=pd.Index([1, 2], name="n_components"))
+
+    def warn(k):
+        warnings.warn(f"R-hat of sigma2 is {1 + k / 100:.3f} > 1.01: the chains disagree. Increase "
+                      "num_warmup and num_samples.", UserWarning, stacklevel=2)
+        warnings.warn("a library deprecation", DeprecationWarning, stacklevel=2)
+
+    _stand_in_comparison(monkeypatch, table, warn)
+    assert main(["compare", str(csv), "--n-components", "1,2", "--no-progress"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "bayespca: warning (k=1): R-hat of sigma2 is 1.010 > 1.01: the chains disagree. "
+        "Increase --warmup and --draws.",
+        "bayespca: warning (k=2): R-hat of sigma2 is 1.020 > 1.01: the chains disagree. "
+        "Increase --warmup and --draws.",
+        "bayespca: warning (k=2): Pareto k-hat > 0.7 for 1 of 40 rows (max 0.7004); try --draws.",
+    ]
+
+
+def test_one_chain_says_r_hat_needs_two(csv, capsys, monkeypatch):
+    table = pd.DataFrame({"elpd": [-90.0, -80.0], "se": [5.0, 4.0], "pareto_k_max": [0.5, 0.75]},
+                         index=pd.Index([1, 2], name="n_components"))
+
+    def warn(k):
+        warnings.warn("R-hat of sigma2 is inf > 1.01: the chains disagree.", UserWarning, stacklevel=2)
+
+    _stand_in_comparison(monkeypatch, table, warn)
+    assert main(["compare", str(csv), "--n-components", "1:2", "--chains", "1", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "inf" not in err
+    note = "bayespca: note: R-hat is not computed from one chain: it needs --chains 2 or more"
+    assert err.splitlines()[0] == note
+    assert err.count("R-hat") == 1
+
+
+# Ledermann (1937): the largest k with (d - k)^2 >= d + k is 1 for d = 4 and 2 for d = 5 (by hand).
+@pytest.mark.parametrize(("model", "columns", "expected"), [
+    ("ppca", 5, [1, 2, 3, 4, 5]),
+    ("fa", 5, [1, 2]),
+    ("ppca", 7, [1, 2, 3, 4, 5, 6]),
+])
+def test_compare_default_is_clipped_and_says_so(model, columns, expected, frame, tmp_path, capsys,
+                                                monkeypatch):
+    data = pd.concat([frame, frame.iloc[:, : columns - 5] ** 2], axis=1) if columns > 5 else frame.copy()
+    data.columns = [f"v{j}" for j in range(columns)]
+    path = tmp_path / "data.csv"
+    data.to_csv(path, index=False)
+    table = pd.DataFrame({"elpd": [-9.0, -8.0], "se": [1.0, 1.0]},
+                         index=pd.Index([1, 2], name="n_components"))
+    calls = _stand_in_comparison(monkeypatch, table)
+    assert main(["compare", str(path), "--model", model, "--no-progress"]) == 0
+    assert calls[0][1] == expected
+    out = capsys.readouterr().out
+    assert ("clipped" in out) == (expected != [1, 2, 3, 4, 5, 6])
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--model", "fa", "--n-components", "1:5"], "allows k <= 4"),
+    (["--n-components", "1:6"], "allows k <= 5"),
+])
+def test_compare_refuses_k_beyond_the_rule(argv, message, csv, capsys, monkeypatch):
+    calls = _stand_in_comparison(monkeypatch, None)
+    assert main(["compare", str(csv), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and not calls
+
+
+def test_compare_fa_on_four_columns_has_nothing_to_compare(frame, tmp_path, capsys, monkeypatch):
+    path = tmp_path / "four.csv"
+    frame.iloc[:, :4].to_csv(path, index=False)
+    calls = _stand_in_comparison(monkeypatch, None)
+    assert main(["compare", str(path), "--model", "fa"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "only k = 1" in err and not calls
+
+
+def test_fit_fa_above_ledermann_warns_in_one_line(csv, capsys):
+    # d = 5: the bound is k <= 2 (see above); k = 3 is accepted (k <= d - 1) with one warning.
+    assert main(["fit", str(csv), "--model", "fa", "--method", "em", "--n-components", "3"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "Ledermann" in line]
+    assert len(lines) == 1 and "k <= 2" in lines[0] and lines[0].startswith("bayespca: warning")
+
+
+# ------------------------------------------------------------------- input
+@pytest.mark.parametrize(("sep", "decimal"), [(";", ","), ("\t", "."), (";", ".")])
+def test_sniffed_delimiters_read_the_same_numbers(sep, decimal, frame, tmp_path):
+    from bayespca.cli import read_csv
+
+    path = tmp_path / "data.csv"
+    frame.to_csv(path, sep=sep, decimal=decimal, index=False)
+    read = read_csv(path)
+    np.testing.assert_array_equal(read.to_numpy(), frame.to_numpy())
+    assert list(read.columns) == NAMES and read.attrs["delimiter"] == sep

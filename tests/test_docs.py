@@ -2,10 +2,10 @@
 
 ``sphinx-build -W --keep-going`` in a subprocess (autosummary imports every
 module; keeping that out of the test process keeps its state clean), writing
-into tmp_path. The notebooks are rendered from their stored sources without
-executing them (``BAYESPCA_DOCS_EXECUTE=off``): tests/test_notebooks.py runs
-them, and a real build (``sphinx-build docs docs/_build/html``) executes them
-to show their outputs.
+into tmp_path. The notebooks are rendered with their stored outputs, without
+executing them (``BAYESPCA_DOCS_EXECUTE=off``, the default of docs/conf.py):
+tests/test_notebooks.py runs them and checks that the stored outputs are
+current.
 """
 
 import os
@@ -48,3 +48,10 @@ def test_every_notebook_is_rendered(built):
     notebooks = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
     missing = [n for n in notebooks if not (html / "notebooks" / f"{n}.html").is_file()]
     assert notebooks and not missing, f"notebooks not in the docs: {missing} (list them in docs/examples.md)"
+
+
+def test_rendered_pages_show_no_local_path(built):
+    # A warning printed with its source file would show this machine's folders to every reader.
+    _, html = built
+    shown = [p.name for p in html.rglob("*.html") if str(ROOT) in p.read_text(errors="replace")]
+    assert not shown, f"pages showing {ROOT}: {shown}"

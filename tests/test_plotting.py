@@ -191,7 +191,7 @@ def test_biplot_and_latent_for_each_model_kind(any_model, data):
     else:  # the posterior mean of the draws, rotated like the point estimate
         W = any_model.loadings_samples_.mean((0, 1)) @ getattr(any_model, "rotation_matrix_", np.eye(K))
     np.testing.assert_allclose([a.xy for a in arrows], W, rtol=1e-10, atol=1e-12)
-    ax = plot_latent(any_model, data)
+    ax = plot_latent(any_model, data, max_ellipses=None)
     assert len(_ellipses(ax)) == N
     np.testing.assert_allclose([e.center for e in _ellipses(ax)], any_model.transform(data), atol=1e-12)
 
@@ -202,7 +202,7 @@ def test_latent_factor_analysis_ellipses_from_numpy(data):
     cov = np.linalg.inv(np.eye(K) + W.T @ (W / psi[:, None]))
     r_inv = np.linalg.inv(R)
     width, height = _ellipse_axes(r_inv @ cov @ r_inv.T, 0.9)  # factors rotated: z_rot = R^-1 z
-    ax = plot_latent(fa, data)
+    ax = plot_latent(fa, data, max_ellipses=None)
     np.testing.assert_allclose([e.width for e in _ellipses(ax)], width, rtol=1e-8)
     np.testing.assert_allclose([e.height for e in _ellipses(ax)], height, rtol=1e-8)
     assert ax.get_xlabel() == "factor 1"
@@ -265,7 +265,7 @@ def test_latent_ml_ellipses_from_woodbury_free_numpy(data):
     M = np.eye(K) + W.T @ W / s2
     cov = np.linalg.inv(M)
     means = (X - X.mean(0)) @ W @ cov / s2
-    ax = plot_latent(PPCA(K).fit(X), X, prob=0.5)
+    ax = plot_latent(PPCA(K).fit(X), X, prob=0.5, max_ellipses=None)
     ellipses = _ellipses(ax)
     assert len(ellipses) == N
     width, height = _ellipse_axes(cov, 0.5)
@@ -284,7 +284,7 @@ def test_latent_missing_entry_gets_its_own_larger_ellipse(data):
     model = PPCA(K).fit(X)
     W, s2 = model.loadings_, model.noise_variance_
     X[3, [0, 1]] = np.nan
-    ax = plot_latent(model, X)
+    ax = plot_latent(model, X, max_ellipses=None)
     obs = [2, 3, 4]
     cov_missing = np.linalg.inv(np.eye(K) + W[obs].T @ W[obs] / s2)
     cov_full = np.linalg.inv(np.eye(K) + W.T @ W / s2)
@@ -390,7 +390,8 @@ def test_comparison_from_result_bars_equal_table():
     np.testing.assert_allclose([s[1, 1] - s[0, 1] for s in segments], 2 * table["se"])
     assert ax.lines[-1].get_label() == "recommended k = 2"
     np.testing.assert_array_equal(ax.lines[-1].get_xdata(), 2)
-    assert "one se" in ax.get_title()
+    (caption,) = [t for t in ax.texts if t.get_text().startswith("Recommended k = 2: ")]
+    assert "one se" in caption.get_text()
     assert ax.lines[-2].get_label() == "Gavish-Donoho k = 2"
 
 
@@ -451,3 +452,198 @@ def test_each_function_draws_on_the_axes_it_is_given(data):
         assert call(ax) is ax
     assert all(ax.has_data() for ax in axes)
     assert len(plt.get_fignums()) == 1
+
+
+# ------------------------------------------------ what a reader sees (wine)
+# Each figure as the demo draws it: text must not overlap (extents from the Agg renderer), the saved
+# figure must stay within 2:1, a legend must not hide data, and titles must say what is shown.
+@pytest.fixture(scope="module")
+def wine():
+    from sklearn.datasets import load_wine
+
+    bunch = load_wine(as_frame=True)
+    X = (bunch.data - bunch.data.mean()) / bunch.data.std()
+    return X, pd.Series(np.asarray(bunch.target_names)[bunch.target.to_numpy()], name="cultivar")
+
+
+def _figures(wine, ppca_nuts, fa_nuts):
+    X, cultivar = wine
+    table = _comparison_table()
+    rule = ("smallest k whose elpd is below the best (k = 3) by at most max(dse, 4): one standard error of "
+            "the paired elpd difference, or a difference too small for its dse to be trusted")
+    result = types.SimpleNamespace(table=table, n_components=3, rule=rule)
+    return {
+        "scree": lambda ax: plot_scree(PCA().fit(X), ax=ax),
+        "biplot": lambda ax: plot_biplot(PCA(2).fit(X), X, labels=cultivar, ax=ax),
+        "fa_loadings": lambda ax: plot_loadings(FactorAnalysis(3, rotation="varimax").fit(X), ax=ax),
+        "loadings_heatmap_nuts": lambda ax: plot_loadings(fa_nuts, ax=ax),
+        "loadings_intervals": lambda ax: plot_loadings(ppca_nuts, kind="interval", ax=ax),
+        "latent": lambda ax: plot_latent(PPCA(3).fit(X), X, labels=cultivar, ax=ax),
+        "noise": lambda ax: plot_noise(ppca_nuts, ax=ax),
+        "fa_noise": lambda ax: plot_noise(FactorAnalysis(3).fit(X), ax=ax),
+        "comparison": lambda ax: plot_comparison(result, ax=ax),
+        "kernel_pca": lambda ax: plot_kernel_pca(KernelPCA(2, kernel="rbf", gamma=1 / 26).fit(X),
+                                                 labels=cultivar, ax=ax),
+    }
+
+
+FIGURES = ["scree", "biplot", "fa_loadings", "loadings_heatmap_nuts", "loadings_intervals", "latent",
+           "noise", "fa_noise", "comparison", "kernel_pca"]
+
+
+def _texts(fig):
+    """(string, box) of every text the Agg renderer draws (tick labels out of view are not drawn)."""
+    drawn, draw = [], matplotlib.text.Text.draw
+
+    def record(self, renderer):
+        draw(self, renderer)
+        if self.get_visible() and self.get_text().strip():
+            # Text's own extent: an Annotation's would include its arrow.
+            drawn.append((self.get_text(), matplotlib.text.Text.get_window_extent(self, renderer)))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(matplotlib.text.Text, "draw", record)
+        fig.canvas.draw()
+    return drawn
+
+
+def _overlaps(boxes):
+    """Pairs of texts whose boxes share more than a pixel in both directions."""
+    pairs = []
+    for i, (a, box_a) in enumerate(boxes):
+        for b, box_b in boxes[i + 1:]:
+            dx = min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0)
+            dy = min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0)
+            if dx > 1 and dy > 1:
+                pairs.append((a, b))
+    return pairs
+
+
+def _saved_aspect(fig):
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    buffer.seek(0)
+    height, width = plt.imread(buffer).shape[:2]
+    return max(width, height) / min(width, height)
+
+
+def _data_points(ax):
+    """Points (display pixels) of everything plotted: lines sampled densely, markers, scatter points,
+    error bars, ellipse outlines; and the boxes of patches."""
+    def densified(xy):
+        t = np.linspace(0, 1, 50)[:, None]
+        return np.concatenate([a + t * (b - a) for a, b in zip(xy[:-1], xy[1:], strict=True)])
+
+    points, boxes = [], []
+    for line in ax.get_lines():
+        xy = line.get_transform().transform(line.get_xydata())
+        drawn = line.get_linestyle() not in ("None", "", " ") and len(xy) > 1
+        points.append(densified(xy) if drawn else xy)
+    for coll in ax.collections:
+        if isinstance(coll, matplotlib.collections.LineCollection):
+            points.extend(densified(coll.get_transform().transform(seg)) for seg in coll.get_segments())
+        elif isinstance(coll, EllipseCollection):
+            phi = np.linspace(0, 2 * np.pi, 60)
+            for (cx, cy), w, h, a in zip(coll.get_offsets(), coll.get_widths(), coll.get_heights(),
+                                         np.radians(coll.get_angles()), strict=True):
+                u, v = w / 2 * np.cos(phi), h / 2 * np.sin(phi)
+                outline = np.c_[cx + u * np.cos(a) - v * np.sin(a), cy + u * np.sin(a) + v * np.cos(a)]
+                points.append(ax.transData.transform(outline))
+        else:
+            points.append(coll.get_offset_transform().transform(coll.get_offsets()))
+    boxes = [p.get_window_extent() for p in ax.patches]
+    return np.concatenate(points) if points else np.empty((0, 2)), boxes
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_figure_text_does_not_overlap_aspect_and_legend(name, wine, ppca_nuts, fa_nuts):
+    fig, ax = plt.subplots()
+    _figures(wine, ppca_nuts, fa_nuts)[name](ax)
+    boxes = _texts(fig)
+    assert not _overlaps(boxes), _overlaps(boxes)
+    assert _saved_aspect(fig) <= 2.0
+    legend = ax.get_legend()
+    if legend is not None:
+        box = legend.get_window_extent(fig.canvas.get_renderer()).padded(-1)
+        points, patches = _data_points(ax)
+        inside = ((points[:, 0] > box.x0) & (points[:, 0] < box.x1) & (points[:, 1] > box.y0)
+                  & (points[:, 1] < box.y1))
+        assert not inside.any(), f"the legend hides {int(inside.sum())} plotted points"
+        assert not any(box.overlaps(p) for p in patches), "the legend hides a bar or an interval"
+
+
+def test_biplot_names_inside_the_frame_and_apart(wine):
+    X, cultivar = wine
+    fig, ax = plt.subplots()
+    plot_biplot(PCA(2).fit(X), X, labels=cultivar, ax=ax)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    names = [t for t in ax.texts if t.get_text() in set(X.columns)]
+    assert sorted(t.get_text() for t in names) == sorted(X.columns)
+    for text in names:
+        box = text.get_window_extent(renderer)
+        # Clear of the frame by at least a pixel: no name touches it.
+        assert frame.x0 + 1 <= box.x0 and box.x1 <= frame.x1 - 1, text.get_text()
+        assert frame.y0 + 1 <= box.y0 and box.y1 <= frame.y1 - 1, text.get_text()
+    assert not _overlaps([(t.get_text(), t.get_window_extent(renderer)) for t in names])
+
+
+def test_titles_name_what_is_shown(wine, ppca_nuts, fa_nuts):
+    X, _ = wine
+    fa = FactorAnalysis(3, rotation="varimax").fit(X)
+    assert plot_loadings(fa).get_title() == "Factor analysis loadings\n(maximum likelihood, varimax rotation)"
+    assert plot_loadings(ppca_nuts, kind="interval").get_title() == (
+        "pPCA loadings\n(posterior mean and 89% interval)")
+    assert plot_noise(fa_nuts).get_title() == "Factor analysis noise variances psi (uniquenesses)"
+    assert plot_biplot(PCA(2).fit(X), X).get_title() == "Biplot: PCA scores and loadings"
+    ax = plot_latent(PPCA(2).fit(X), X)
+    assert ax.get_title().endswith("90% credible ellipses for 20 of 178 points")
+
+
+def test_scree_legend_lists_every_rule_at_its_k(wine):
+    from bayespca.selection import METHODS, select_n_components
+
+    X, _ = wine
+    ax = plot_scree(PCA().fit(X))
+    legend = {t.get_text() for t in ax.get_legend().get_texts()}
+    by_k = {}
+    for rule in METHODS:
+        by_k.setdefault(select_n_components(X, rule).n_components, []).append(rule)
+    assert legend == {f"{', '.join(rules)}: k = {k}" for k, rules in by_k.items()}
+    assert sum(len(rules) for rules in by_k.values()) == 9
+
+
+def test_latent_subset_ellipses_are_those_of_their_points(data):
+    X = data.to_numpy()
+    model = PPCA(K).fit(X)
+    post = model.latent_posterior(X)
+    ax = plot_latent(model, X, max_ellipses=7)
+    ellipses = _ellipses(ax)
+    assert len(ellipses) == 7
+    # Every ellipse sits on one of the points, with that point's ellipse (here all equal: complete data).
+    rows = [int(np.argmin(np.linalg.norm(np.asarray(post.mean) - e.center, axis=1))) for e in ellipses]
+    np.testing.assert_allclose([e.center for e in ellipses], np.asarray(post.mean)[rows], atol=1e-12)
+    width, height = _ellipse_axes(np.asarray(post.covariance).reshape(-1, K, K)[0], 0.9)
+    np.testing.assert_allclose([e.width for e in ellipses], width, rtol=1e-8)
+    assert len(set(rows)) == 7
+    with pytest.raises(ValueError, match="max_ellipses"):
+        plot_latent(model, X, max_ellipses=0)
+
+
+def test_trace_density_panels_are_named_and_keyed(ppca_nuts):
+    pc = plot_trace(ppca_nuts)
+    plots = pc.viz["plot"]
+    assert plots["sigma2"].sel(column="dist").item().get_xlabel() == "noise variance sigma^2"
+    assert plots["eigenvalues"].sel(column="dist").item().get_xlabel() == "eigenvalues of W W^T"
+    fig = pc.viz["figure"].item()
+    (key,) = fig.legends
+    keyed = ["chain 0", "chain 1", "eigenvalues[0]", "eigenvalues[1]"]
+    assert [t.get_text() for t in key.get_texts()] == keyed
+    # The colour keyed for eigenvalues[1] is the colour of its lines.
+    colour = key.get_lines()[3].get_color()
+    assert pc.viz["trace"]["eigenvalues"].values[0, 1].get_color() == colour
+    assert not _overlaps(_texts(fig))
+    assert _saved_aspect(fig) <= 2.0

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import os
 import re
 import sys
@@ -58,7 +57,6 @@ __all__ = [
     "main",
     "parse_components",
     "read_csv",
-    "shown_above",
 ]
 
 _MODELS = {"ppca": "PPCA", "fa": "FactorAnalysis"}
@@ -249,66 +247,31 @@ def atomic_output(path):
 
 
 # ---------------------------------------------------------------- warnings
-def shown_above(value: float, threshold: float) -> str:
-    """``value`` with the fewest decimals (at least 2) that still read as above ``threshold``.
+def format_warning(message, *, options=True) -> str:
+    """One line for a person: the options of this command named, the ``k`` said.
 
-    Examples
-    --------
-    >>> shown_above(0.7004, 0.7), shown_above(0.93, 0.7), shown_above(1.0102, 1.01)
-    ('0.7004', '0.93', '1.0102')
-    """
-    for decimals in range(2, 16):
-        text = f"{value:.{decimals}f}"
-        if float(text) > threshold:
-            return text
-    return repr(float(value))
-
-
-def format_warning(message, *, k=None, chains=None, options=True) -> str | None:
-    """One line for a person: the options of this command named, the ``k`` said, R-hat of one chain explained.
-
-    A ``n_components=K:`` prefix (the comparison's) becomes ``k``. With one
-    chain an R-hat message (R-hat compares chains, so it is undefined) becomes
-    a note that R-hat needs at least 2 chains. ``options=False`` keeps the
-    estimators' parameter names (for ``demo``, which has no sampler options).
+    A ``n_components=K:`` prefix (the comparison's) becomes ``k``.
+    ``options=False`` keeps the estimators' parameter names (for ``demo``,
+    which has no sampler options).
 
     Examples
     --------
     >>> format_warning("n_components=3: 2 divergent transitions.\\n Increase target_accept_prob (e.g. 0.99)")
     'warning (k=3): 2 divergent transitions. Increase --target-accept (e.g. 0.99)'
-    >>> format_warning("R-hat of sigma2 is inf > 1.01: the chains disagree.", chains=1)
-    'note: R-hat is not computed from one chain: it needs --chains 2 or more'
     """
+    k = None
     text = _one_line(message)
     prefix = re.match(r"n_components=(\d+):\s*", text)
     if prefix:
         k, text = int(prefix.group(1)), text[prefix.end():]
-    if chains == 1 and text.startswith("R-hat"):
-        return "note: R-hat is not computed from one chain: it needs --chains 2 or more"
     for pattern, option in _OPTION_NAMES.items() if options else ():
         text = re.sub(pattern, option, text)
     return f"warning{'' if k is None else f' (k={k})'}: {text}"
 
 
-def _fitting_k():
-    """``n_components`` of the bayespca estimator whose ``fit`` is on the call stack, else None.
-
-    The comparison fits one model per ``k`` and their warnings do not say
-    which; the frame of the running ``fit`` does.
-    """
-    frame = inspect.currentframe()
-    while frame is not None:
-        owner = frame.f_locals.get("self") if frame.f_code.co_name == "fit" else None
-        k = getattr(owner, "n_components", None)
-        if type(owner).__module__.startswith("bayespca.") and isinstance(k, int):
-            return k
-        frame = frame.f_back
-    return None
-
-
 @contextlib.contextmanager
 def _collected_warnings():
-    """Record the user warnings raised in the block as ``(k, category, message)``, in order, once each.
+    """Record the user warnings raised in the block as ``(category, message)``, in order, once each.
 
     Other categories (deprecations of the libraries underneath) are not the
     command line user's to act on and are dropped.
@@ -316,7 +279,7 @@ def _collected_warnings():
     seen: list[tuple] = []
 
     def record(message, category, filename, lineno, file=None, line=None):
-        entry = (_fitting_k(), category, str(message))
+        entry = (category, str(message))
         if issubclass(category, UserWarning) and entry not in seen:
             seen.append(entry)
 
@@ -432,20 +395,6 @@ _WHERE = {
 }
 
 
-def _ledermann_note(args, k: int, d: int) -> str | None:
-    """The command's own warning for factor analysis above the Ledermann bound."""
-    from bayespca.probabilistic import ledermann_bound
-
-    bound = ledermann_bound(d)
-    if args.model != "fa" or k <= bound:
-        return None
-    return (
-        f"warning: factor analysis with k={k} on {d} features is above the Ledermann bound "
-        f"(k <= {bound}): more parameters than the covariance has entries, so the loadings are "
-        f"not identified; use --n-components {bound} or fewer"
-    )
-
-
 def _fit(args) -> int:
     out = check_output(args.out, "--out", (".nc",))
     df = read_csv(args.data)
@@ -466,10 +415,7 @@ def _fit(args) -> int:
     print(f"log-likelihood of the data {where}: {model.log_likelihood_:.6g}")
     with pd.option_context("display.width", 120, "display.max_rows", 200):
         print(_summary(model, names).to_string())
-    lines = [format_warning(message, chains=args.chains) for _, _, message in caught]
-    if not any("Ledermann" in message for _, _, message in caught):
-        lines.append(_ledermann_note(args, model.n_components_, df.shape[1]))
-    _print_warnings(lines)
+    _print_warnings([format_warning(message) for _, message in caught])
     if out is not None:
         with atomic_output(out) as tmp:
             _datatree(model, args, names).to_netcdf(tmp, engine="h5netcdf")
@@ -564,8 +510,7 @@ def _compare(args) -> int:
     with pd.option_context("display.width", 160, "display.max_columns", 30):
         print(result.table.to_string())
     print(f"recommended n_components = {result.n_components} ({result.rule})")
-    _print_warnings([_comparison_warning(result, k, category, message, args.chains)
-                     for k, category, message in caught])
+    _print_warnings([format_warning(message) for _, message in caught])
     if out is not None:
         with atomic_output(out) as tmp:
             result.table.to_csv(tmp)
@@ -579,20 +524,6 @@ def _compare(args) -> int:
     return 0
 
 
-def _comparison_warning(result, k, category, message, chains) -> str | None:
-    """A comparison warning as one line; the k-hat maximum given to the digits that show it is above 0.7."""
-    line = format_warning(message, k=k, chains=chains)
-    if category.__name__ == "ParetoKWarning" and line is not None:
-        found = re.match(r"warning \(k=(\d+)\)", line)
-        table = result.table
-        if found and int(found.group(1)) in table.index and "pareto_k_max" in table.columns:
-            from bayespca.comparison import KHAT_THRESHOLD
-
-            worst = float(table.loc[int(found.group(1)), "pareto_k_max"])
-            line = re.sub(r"\(max [0-9.]+\)", f"(max {shown_above(worst, KHAT_THRESHOLD)})", line)
-    return line
-
-
 # -------------------------------------------------------------------- demo
 def _demo(args) -> int:
     folder = check_output_folder(args.out, "--out")
@@ -601,7 +532,7 @@ def _demo(args) -> int:
     with _collected_warnings() as caught:
         folder = run_demo(folder, small=args.small, random_state=args.seed, progress=args.progress)
     print(folder)
-    _print_warnings([format_warning(message, k=k, options=False) for k, _, message in caught])
+    _print_warnings([format_warning(message, options=False) for _, message in caught])
     return 0
 
 

@@ -47,8 +47,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from arviz_stats.loo.wrapper import SamplingWrapper
+from xarray import DataArray
 
 from bayespca.data import as_float_matrix
+from bayespca.messages import shown_above, warn
+from bayespca.params import as_generator, check_bool, check_choice, check_number
 
 __all__ = [
     "KHAT_THRESHOLD",
@@ -143,21 +147,30 @@ def _datatree(model: Any, name: str):
     return tree
 
 
-def loo(model: Any, *, var_name: str | None = None, name: str = "model"):
-    """PSIS-LOO of one NUTS fit on its marginal pointwise log-likelihood.
+def loo(model: Any, *, var_name: str | None = None, name: str = "model", max_refits: int = 10):
+    """PSIS-LOO of one NUTS fit on its marginal pointwise log-likelihood, exact where PSIS fails.
 
     ``elpd = sum_i log p(x_i | x_{-i})``, each term estimated by Pareto-smoothed
-    importance sampling with ``reff`` from :func:`relative_efficiency`.
+    importance sampling with ``reff`` from :func:`relative_efficiency`. For a
+    fitted estimator, the rows whose Pareto ``k-hat`` exceeds 0.7 (at most
+    ``max_refits`` of them) are scored exactly instead: the model is refitted
+    without the row (same options and seed; the compiled sampler is reused,
+    the statistics keep their shapes) and ``log p(x_i | x_{-i})`` is the log
+    mean of ``p(x_i | theta)`` over the refit's draws
+    (:func:`arviz_stats.reloo`); their ``k-hat`` is then 0.
 
     Parameters
     ----------
     model : PPCA, FactorAnalysis or xarray.DataTree
         A fit with ``method="nuts"``, or a DataTree with a ``log_likelihood``
-        group of dims (chain, draw, obs).
+        group of dims (chain, draw, obs) (no refits possible then).
     var_name : str, optional
         Variable of the ``log_likelihood`` group (needed only when it has several).
     name : str, default="model"
         Name used in warnings and errors.
+    max_refits : int, default=10
+        Most rows refitted exactly; 0 turns refits off. With more bad rows
+        than this, none is refitted and the warning says so.
 
     Returns
     -------
@@ -167,7 +180,7 @@ def loo(model: Any, *, var_name: str | None = None, name: str = "model"):
     Warns
     -----
     ParetoKWarning
-        When some ``k-hat > 0.7``, naming the remedies.
+        When some ``k-hat > 0.7`` remain, naming the remedies.
 
     Examples
     --------
@@ -188,6 +201,7 @@ def loo(model: Any, *, var_name: str | None = None, name: str = "model"):
     """
     import arviz as az
 
+    check_number(max_refits, "max_refits", integer=True, low=0)
     tree = _datatree(model, name)
     group = tree["log_likelihood"].to_dataset()
     if var_name is None:
@@ -205,20 +219,59 @@ def loo(model: Any, *, var_name: str | None = None, name: str = "model"):
         # ArviZ's generic message is replaced by ours, which names the fixes.
         warnings.filterwarnings("ignore", message="Estimated shape parameter of Pareto")
         result = az.loo(tree, pointwise=True, var_name=var_name, reff=reff)
+        bad = int(np.sum(np.asarray(result.pareto_k) > KHAT_THRESHOLD))
+        if 0 < bad <= max_refits and hasattr(model, "gaussian_"):
+            from arviz_stats import reloo
+
+            result = reloo(_Refit(model, tree), loo_orig=result, var_name=var_name,
+                           k_threshold=KHAT_THRESHOLD, pointwise=True)
     khat = np.asarray(result.pareto_k)
-    bad = int(np.sum(khat > KHAT_THRESHOLD))
-    if bad:
-        warnings.warn(
-            f"{name}: Pareto k-hat > {KHAT_THRESHOLD} for {bad} of {khat.size} rows "
-            f"(max {np.nanmax(khat):.2f}); PSIS-LOO is unreliable there. Fixes: more draws "
-            "(num_samples) if k-hat is barely above; exact K-fold cross-validation "
-            "(arviz_stats.loo_kfold, or the cv_log_likelihood column of compare_n_components); "
-            "moment matching (arviz_stats.loo_moment_match). High k-hat on the marginal "
+    bad_left = int(np.sum(khat > KHAT_THRESHOLD))
+    if bad_left:
+        refits = (
+            f"more than max_refits={max_refits} rows, so none was refitted exactly"
+            if hasattr(model, "gaussian_") and bad_left > max_refits
+            else "no refit possible from a DataTree"
+        )
+        warn(
+            f"{name}: Pareto k-hat > {KHAT_THRESHOLD} for {bad_left} of {khat.size} rows "
+            f"(max {shown_above(float(np.nanmax(khat)), KHAT_THRESHOLD)}; {refits}); PSIS-LOO is "
+            "unreliable there. Fixes: more draws (num_samples) if k-hat is barely above; a larger "
+            "max_refits (exact refits of those rows); exact K-fold cross-validation (the "
+            "cv_log_likelihood column of compare_n_components). High k-hat on the marginal "
             "likelihood usually marks outlying rows (see the pareto_k of this result).",
             ParetoKWarning,
-            stacklevel=2,
         )
     return result
+
+
+class _Refit(SamplingWrapper):
+    """Refits a bayespca estimator without some rows, for :func:`arviz_stats.reloo`."""
+
+    def __init__(self, estimator, tree):
+        super().__init__(model=estimator, idata_orig=tree)
+        self.X = np.asarray(tree["observed_data"]["X"].values, dtype=float)
+
+    def sel_observations(self, idx):
+        keep = np.ones(len(self.X), bool)
+        keep[idx] = False
+        return self.X[keep], self.X[~keep]
+
+    def sample(self, modified_observed_data):
+        from sklearn.base import clone
+
+        with warnings.catch_warnings():
+            # The refit's own diagnostics concern one leave-one-out fit, not the user's.
+            warnings.simplefilter("ignore")
+            return clone(self.model).fit(modified_observed_data)
+
+    def get_inference_data(self, fitted_model):
+        return fitted_model.nuts_
+
+    def log_likelihood__i(self, excluded_obs, idata__i):
+        from bayespca.posterior import pointwise_log_likelihood
+
+        return DataArray(pointwise_log_likelihood(idata__i, excluded_obs), dims=("chain", "draw", "obs"))
 
 
 def _check_weight_method(method: Any) -> str:
@@ -339,7 +392,10 @@ class ComparisonResult:
 
 
 def _check_candidates(n_components: Any, upper: int, model: str) -> list[int]:
-    accepted = f"an iterable of distinct ints in [1, {upper}] (n_features - 1) with at least two values"
+    accepted = (
+        f"an iterable of distinct ints in [1, {upper}] (bayespca.probabilistic.max_components) "
+        "with at least two values"
+    )
     if isinstance(n_components, numbers.Integral) or not isinstance(n_components, Iterable):
         raise TypeError(f"n_components must be {accepted}; got {n_components!r}.")
     ks = list(n_components)
@@ -387,15 +443,35 @@ def _cross_validated(X, ks, estimator, cv, seed):
     return held_out.mean(axis=1), held_out.std(axis=1, ddof=1) / np.sqrt(n)
 
 
+def _with_progress(ks: list[int], seeds, progress_bar: bool | None):
+    """``(k, seed)`` pairs, shown as a progress bar (None: in a terminal or a notebook only)."""
+    from bayespca.messages import interactive
+
+    show = interactive() if progress_bar is None else check_bool(progress_bar, "progress_bar")
+    pairs = list(zip(ks, seeds, strict=True))
+    if not show:
+        return pairs
+    from tqdm.auto import tqdm
+
+    return tqdm(pairs, desc="n_components", unit="k")
+
+
+def _reraise(caught: list, k: int) -> None:
+    """The warnings of the fit of one k, raised again with the k they are about."""
+    for record in caught:
+        if issubclass(record.category, UserWarning):
+            warn(f"n_components={k}: {record.message}", record.category)
+
+
 def compare_n_components(
     X: Any,
-    n_components: Iterable[int] = range(1, 7),
+    n_components: Iterable[int] | None = None,
     *,
     model: str = "ppca",
     method: str = "nuts",
     cv: int = 5,
     random_state: Any = None,
-    progress_bar: bool = False,
+    progress_bar: bool | None = None,
     **fit_kwargs,
 ) -> ComparisonResult:
     """Fit each number of components by NUTS, compare by PSIS-LOO, and recommend one.
@@ -410,6 +486,12 @@ def compare_n_components(
     ``P = d + d k - k (k - 1) / 2 + (1 | d)`` free parameters (mean,
     loadings modulo rotation, noise), and K-fold cross-validation of the ML
     fit (held-out ``log p(x_i | theta_ML(X_{-fold}))``).
+
+    Rows whose PSIS ``k-hat`` exceeds 0.7 are scored by exact refits
+    (:func:`loo`), so the elpd of every k is reliable; a warning says when
+    the recommended k is the largest (or the smallest, above 1) offered,
+    since the best k may then lie outside the range. Warnings of the fit of
+    one k are raised again prefixed ``n_components=k:``.
 
     The recommendation is the smallest k whose elpd is below the best by at
     most ``max(dse, 4)``: within one standard error of its paired difference
@@ -426,8 +508,11 @@ def compare_n_components(
         NaN marks a missing entry: each row then counts with its observed
         entries (likelihood, LOO and cross-validation); Minka and
         Gavish-Donoho, which need the complete spectrum, are NaN / False.
-    n_components : iterable of int, default=range(1, 7)
-        Candidate k, distinct, in ``[1, n_features - 1]``, at least two.
+    n_components : iterable of int or None, default=None
+        Candidate k, distinct, in ``[1, max_components(model, d)]``, at least
+        two. None: :func:`bayespca.probabilistic.default_candidates`
+        (``1 .. 6``, clipped to ``d`` for pPCA and to the Ledermann bound for
+        FA).
     model : {"ppca", "fa"}, default="ppca"
         :class:`~bayespca.PPCA` or :class:`~bayespca.FactorAnalysis`.
     method : {"nuts", "svi"}, default="nuts"
@@ -437,7 +522,9 @@ def compare_n_components(
         Folds of the cross-validation of the ML fit (>= 2).
     random_state : int, numpy Generator or None
         Seeds the NUTS fits (one derived seed per k) and the folds.
-    progress_bar : bool, default=False
+    progress_bar : bool or None, default=None
+        A progress bar over the candidate k; None shows it in a terminal or
+        a notebook only.
     **fit_kwargs
         Estimator options shared by every k (``prior``, ``num_warmup``,
         ``num_samples``, ``num_chains``, ``identification``, ...).
@@ -455,10 +542,9 @@ def compare_n_components(
     >>> res.n_components, list(res.table.index), bool(res.table.loc[1, "gavish_donoho"])
     (1, [1, 2], True)
     """
-    from bayespca.probabilistic import PPCA, FactorAnalysis
+    from bayespca.probabilistic import PPCA, FactorAnalysis, default_candidates, max_components
 
-    if model not in _MODELS:
-        raise ValueError(f"model must be one of {list(_MODELS)}; got {model!r}.")
+    check_choice(model, "model", _MODELS)
     if method == "svi":
         raise ValueError(_SVI_REFUSAL.format(what="method='svi' is not supported"))
     if method != "nuts":
@@ -467,9 +553,10 @@ def compare_n_components(
     n, d = arr.shape
     if d < 2:
         raise ValueError(f"X must have at least 2 features to compare numbers of components; got {d}.")
-    ks = _check_candidates(n_components, d - 1, model)
-    if isinstance(cv, bool) or not isinstance(cv, numbers.Integral) or not 2 <= cv <= n:
-        raise ValueError(f"cv must be an int in [2, n_samples={n}]; got {cv!r}.")
+    if n_components is None:
+        n_components = default_candidates(model, d)
+    ks = _check_candidates(n_components, max_components(model, d), model)
+    check_number(cv, "cv", integer=True, low=2, high=n)
     estimator = PPCA if model == "ppca" else FactorAnalysis
     reserved = {"n_components", "method", "random_state", "progress_bar"}
     allowed = set(estimator().get_params()) - reserved
@@ -478,15 +565,15 @@ def compare_n_components(
         raise TypeError(
             f"Unknown fit option(s) {unknown} for {estimator.__name__}; accepted: {sorted(allowed)}."
         )
-    rng = np.random.default_rng(random_state)
-    seeds = rng.integers(2**31, size=len(ks) + 1)
+    seeds = as_generator(random_state).integers(2**31, size=len(ks) + 1)
 
     fits, elpds = {}, {}
-    for k, seed in zip(ks, seeds[:-1], strict=True):
-        fits[k] = estimator(
-            n_components=k, method="nuts", random_state=int(seed), progress_bar=progress_bar, **fit_kwargs
-        ).fit(X)
-        elpds[k] = loo(fits[k], name=f"n_components={k}")
+    for k, seed in _with_progress(ks, seeds[:-1], progress_bar):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fits[k] = estimator(n_components=k, method="nuts", random_state=int(seed), **fit_kwargs).fit(X)
+            elpds[k] = loo(fits[k], name=f"n_components={k}")
+        _reraise(caught, k)
     comparison = compare(elpds)
 
     ml_loglik = np.array([estimator(n_components=k).fit(arr).log_likelihood_ for k in ks])
@@ -513,4 +600,19 @@ def compare_n_components(
         f"{SMALL_ELPD_DIFF:g}): one standard error of the paired elpd difference, or a "
         "difference too small for its dse to be trusted"
     )
+    _warn_at_edge(chosen, ks, max_components(model, d))
     return ComparisonResult(table, chosen, rule, comparison, fits, elpds)
+
+
+def _warn_at_edge(chosen: int, ks: list[int], upper: int) -> None:
+    """Warn when the recommendation is an end of the range offered (the best may lie beyond)."""
+    if chosen == ks[-1] and chosen < upper:
+        warn(
+            f"The recommended n_components={chosen} is the largest offered: a larger k may predict "
+            f"better still. Offer larger values (up to {upper})."
+        )
+    elif chosen == ks[0] and chosen > 1:
+        warn(
+            f"The recommended n_components={chosen} is the smallest offered: a smaller k may do as "
+            "well. Offer smaller values (down to 1)."
+        )

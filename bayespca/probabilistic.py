@@ -10,7 +10,6 @@ sampling, and imputation of missing entries (NaN). They differ in ``Psi``:
 from __future__ import annotations
 
 import numbers
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +21,7 @@ from bayespca import gaussian
 from bayespca.data import as_float_matrix, check_is_fitted, validate_transform
 from bayespca.gaussian import LatentPosterior, LowRankGaussian
 from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
+from bayespca.messages import warn
 from bayespca.params import as_key, check_bool, check_choice, check_number, check_seed
 from bayespca.statistics import Prepared, prepare
 
@@ -177,12 +177,11 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         if not 1 <= k <= upper:
             raise ValueError(f"{type(self).__name__}: n_components must be {accepted}; got {k!r}.")
         if self._model == "fa" and k > ledermann_bound(d):
-            warnings.warn(
-                f"n_components={k} exceeds the Ledermann bound {ledermann_bound(d)} for {d} features: "
-                "the factor model has more free parameters than the covariance matrix has entries, so "
-                "its loadings are not identified (R's factanal refuses this k).",
-                UserWarning,
-                stacklevel=5,
+            bound = ledermann_bound(d)
+            warn(
+                f"n_components={k} exceeds the Ledermann bound (k <= {bound} for {d} features): the "
+                "factor model has more free parameters than the covariance matrix has entries, so its "
+                f"loadings are not identified (R's factanal refuses this k). Use n_components <= {bound}."
             )
         return int(k)
 

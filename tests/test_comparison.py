@@ -281,6 +281,48 @@ def test_high_khat_warns_with_fixes():
     assert str(int(np.sum(np.asarray(res.pareto_k) > KHAT_THRESHOLD))) in str(record[0].message)
 
 
+def test_rows_psis_cannot_handle_are_scored_by_exact_refits():
+    """An outlying row gets k-hat > 0.7; loo refits without it and scores it exactly.
+
+    The reference is computed here from scratch: the same estimator fitted to
+    the other rows (same options and seed), and ``log mean_s N(x_i | mu_s, C_s)``
+    over its draws by dense Cholesky.
+    """
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(40, 1)) @ [[2.0, 1.0, -1.0, 0.5]] + 0.5 * rng.normal(size=(40, 4))
+    X[7] += [25.0, -25.0, 25.0, -25.0]
+    model = PPCA(1, method="nuts", random_state=0, **REFIT)
+    with _quiet():
+        model.fit(X)
+        khat = np.asarray(az.loo(model.posterior_, pointwise=True).pareto_k)
+    bad = np.flatnonzero(khat > KHAT_THRESHOLD)
+    assert 7 in bad and bad.size <= 3
+    with _quiet(), warnings.catch_warnings():
+        warnings.simplefilter("error", ParetoKWarning)  # the refits leave no row for it
+        res = loo(model)
+    assert np.all(np.asarray(res.pareto_k) <= KHAT_THRESHOLD)
+    for i in bad:
+        with _quiet():
+            refit = PPCA(1, method="nuts", random_state=0, **REFIT).fit(np.delete(X, i, axis=0))
+        ll = _draw_logpdf(
+            refit.loadings_samples_.reshape(-1, 4, 1),
+            np.repeat(refit.noise_variance_samples_.reshape(-1, 1), 4, axis=1),
+            refit.mean_samples_.reshape(-1, 4),
+            X[i : i + 1],
+        )[:, 0]
+        exact = logsumexp(ll) - np.log(ll.size)
+        assert float(np.asarray(res.elpd_i)[i]) == pytest.approx(exact, rel=1e-10)
+    assert float(res.elpd) == pytest.approx(float(np.sum(np.asarray(res.elpd_i))), rel=1e-12)
+
+
+def test_recommendation_at_the_edge_of_the_range_warns(three):
+    with _quiet(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = compare_n_components(three, [1, 2], cv=2, random_state=0, **REFIT)
+    assert res.n_components == 2  # three strong components: two are clearly better than one
+    assert any("largest offered" in str(w.message) and "up to 8" in str(w.message) for w in caught)
+
+
 # ----------------------------------------------------------------- errors
 def test_svi_fits_are_refused_with_the_fix(three):
     svi = PPCA(2, method="svi", guide="normal", max_iter=100, random_state=0).fit(three)
@@ -304,8 +346,10 @@ def test_bad_arguments(three, result):
         compare({"a": result.loo[3], "b": loo(to_datatree(result.models[3].nuts_, three[:50]))})
     with pytest.raises(ValueError, match="model must be one of"):
         compare_n_components(three, model="pca")
+    with pytest.raises(ValueError, match=r"n_components must be .*\[1, 8\]"):
+        compare_n_components(three, [1, 9])  # pPCA: k <= d, one rule with PPCA.fit
     with pytest.raises(ValueError, match=r"n_components must be .*\[1, 7\]"):
-        compare_n_components(three, [1, 8])
+        compare_n_components(three, [1, 8], model="fa")
     with pytest.raises(TypeError, match="n_components must be"):
         compare_n_components(three, 3)
     with pytest.raises(ValueError, match="cv must be"):

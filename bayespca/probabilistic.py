@@ -138,7 +138,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         self._check_prior(method)
         check_choice(self.identification, "identification", IDENTIFICATIONS, allow_none=True)
         check_seed(self.random_state)
-        progress = check_bool(self.progress_bar, "progress_bar")
+        progress = None if self.progress_bar is None else check_bool(self.progress_bar, "progress_bar")
         floor = check_number(self.noise_floor, "noise_floor", low=0, low_open=True)
         tol = check_number(self.tol, "tol", low=0, allow_none=True)
         max_iter = check_number(self.max_iter, "max_iter", integer=True, low=1, allow_none=True)
@@ -582,8 +582,9 @@ class PPCA(_LowRankGaussianModel):
         SVI minibatch size (None: full batch).
     random_state : int, numpy Generator or None, default=None
         SVI seed.
-    progress_bar : bool, default=False
-        SVI / NUTS progress bar.
+    progress_bar : bool or None, default=None
+        SVI / NUTS progress bar; None shows it in a terminal or a notebook
+        only.
     prior : None, "flat", "ard", "horseshoe", a bayespca.priors prior, Priors or dict, default=None
         Priors of the ``"svi"`` and ``"nuts"`` methods (the maximum-likelihood
         methods refuse one): None for the scale-aware defaults of
@@ -604,7 +605,7 @@ class PPCA(_LowRankGaussianModel):
         :mod:`bayespca.models`.
     num_warmup, num_samples, num_chains : int, default=500, 500, 4
         NUTS warm-up and kept draws per chain, and number of chains.
-    chain_method : {"sequential", "parallel", "vectorized"}, default="sequential"
+    chain_method : {"sequential", "vectorized"}, default="sequential"
     target_accept_prob : float or None, default=None
         NUTS target acceptance rate; None: 0.99 with the horseshoe prior (whose
         funnels make smaller steps necessary; measured 6-12 divergences at
@@ -715,7 +716,7 @@ class PPCA(_LowRankGaussianModel):
         learning_rate=None,
         batch_size=None,
         random_state=None,
-        progress_bar=False,
+        progress_bar=None,
         prior=None,
         identification=None,
         num_warmup=500,
@@ -860,7 +861,7 @@ class FactorAnalysis(_LowRankGaussianModel):
         learning_rate=None,
         batch_size=None,
         random_state=None,
-        progress_bar=False,
+        progress_bar=None,
         prior=None,
         identification=None,
         num_warmup=500,

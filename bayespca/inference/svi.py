@@ -57,6 +57,7 @@ from numpyro.infer.initialization import init_to_value
 from threadpoolctl import threadpool_limits
 
 from bayespca import priors as prior_classes
+from bayespca.cache import enable_compilation_cache
 from bayespca.gaussian import LowRankGaussian, canonical_loadings, log_prob
 from bayespca.inference.contract import Draws, Fit, ModelSpec
 from bayespca.linalg import centred_scatter
@@ -65,6 +66,9 @@ from bayespca.params import as_generator, as_key, check_choice, check_number
 from bayespca.statistics import Prepared, SufficientStatistics
 
 __all__ = ["SVIResult", "fit_svi"]
+
+# Samplers and optimisers compile once per configuration; keep the programs between processes.
+enable_compilation_cache()
 
 _GUIDES = {
     "delta": AutoDelta,
@@ -215,7 +219,7 @@ def fit_svi(
     batch_size: int | None = None,
     tol: float = 1e-7,
     random_state: Any = None,
-    progress_bar: bool = False,
+    progress_bar: bool | None = None,
     init: str = "svd",
 ) -> Fit:
     """Fit pPCA or factor analysis by stochastic variational inference.
@@ -260,10 +264,11 @@ def fit_svi(
         Convergence: the mean loss of the last 100 steps changed by less than
         ``tol`` relative to the previous 100, or by less than twice its
         Monte Carlo standard error, twice in a row.
-    random_state : None, int or numpy RandomState
+    random_state : None, int, numpy Generator or RandomState
         Seeds the guide's draws, the minibatches and ``init="random"``.
-    progress_bar : bool, default=False
-        Show a tqdm progress bar with the current loss.
+    progress_bar : bool or None, default=None
+        A tqdm progress bar with the current loss; None shows it in a
+        terminal or a notebook only.
     init : {"svd", "random"}, default="svd"
         Start from the closed-form pPCA of the mean-filled data, or from
         small random loadings (to study the optimiser).
@@ -491,7 +496,7 @@ def _run(
     model_args: tuple,
     num_steps: int,
     tol: float,
-    progress_bar: bool,
+    progress_bar: bool | None,
     window: int,
 ):
     """Run SVI in compiled chunks of steps, testing convergence between chunks.
@@ -505,7 +510,9 @@ def _run(
     """
     chunk = min(_CHUNK, num_steps)
     bar = None
-    if progress_bar:
+    from bayespca.messages import interactive
+
+    if interactive() if progress_bar is None else progress_bar:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=num_steps, desc="SVI")

@@ -10,7 +10,6 @@ under any identification of ``W``.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import jax
@@ -18,6 +17,7 @@ import numpy as np
 
 from bayespca.gaussian import LowRankGaussian, log_prob, sample
 from bayespca.inference.contract import Draws
+from bayespca.messages import warn
 from bayespca.params import as_key
 
 __all__ = [
@@ -220,5 +220,5 @@ def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_cha
             "increase num_samples."
         )
     for message in messages:
-        warnings.warn(message, SamplingWarning, stacklevel=3)
+        warn(message, SamplingWarning)
     return messages

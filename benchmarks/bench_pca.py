@@ -26,7 +26,7 @@ from sklearn.decomposition import PCA as SkPCA
 from threadpoolctl import threadpool_limits
 
 from bayespca import PCA
-from bayespca.pca import choose_solver
+from bayespca.linalg import choose_solver
 
 SHAPES = [(20000, 100, 10), (2000, 2000, 10), (100000, 50, 5), (500, 20000, 10)]
 

@@ -12,7 +12,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from bayespca import PCA
-from bayespca.pca import choose_solver
+from bayespca.linalg import choose_solver
 
 EXACT_SOLVERS = ["full", "covariance", "gram"]
 

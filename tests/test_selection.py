@@ -10,10 +10,10 @@ from sklearn.decomposition._pca import _assess_dimension
 from bayespca import PCA, select_n_components
 from bayespca.selection import (
     METHODS,
-    _minka_log_evidence,
     gavish_donoho_lambda,
     gavish_donoho_omega,
     marchenko_pastur_median,
+    minka_log_evidence,
     ppca_profile_log_likelihood,
     select_from_singular_values,
 )
@@ -54,13 +54,13 @@ def test_minka_matches_sklearn_assess_dimension():
         spectrum = PCA().fit(X).explained_variance_
         n = X.shape[0]
         for k in range(1, X.shape[1]):
-            ours = _minka_log_evidence(spectrum, k, n)
+            ours = minka_log_evidence(spectrum, k, n)
             ref = _assess_dimension(spectrum, k, n)
             assert ours == pytest.approx(ref, rel=1e-12)
     # Published in scikit-learn's tests: iris evidence for k = 1, 2, 3.
     spectrum = PCA().fit(load_iris().data).explained_variance_
     for k, ref in zip((1, 2, 3), (364.0337315, 420.9353768, 440.4184836), strict=True):
-        assert _minka_log_evidence(spectrum, k, 150) == pytest.approx(ref, abs=1e-6)
+        assert minka_log_evidence(spectrum, k, 150) == pytest.approx(ref, abs=1e-6)
 
 
 def test_ppca_profile_log_likelihood_is_the_maximised_likelihood():

@@ -40,8 +40,7 @@ from typing import NamedTuple
 import numpy as np
 
 from bayespca.gaussian import LowRankGaussian
-from bayespca.linalg import svd_covariance, svd_full, svd_gram
-from bayespca.pca import choose_solver
+from bayespca.linalg import choose_solver, svd_covariance, svd_full, svd_gram
 
 __all__ = ["MLFit", "noise_floor", "ppca_closed_form"]
 

@@ -14,6 +14,7 @@ estimators reject NaN with a ``ValueError``.
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -76,8 +77,14 @@ def _feature_names(X: Any, name: str) -> np.ndarray | None:
 
 
 def _from_dataframe(X: Any, name: str) -> np.ndarray:
-    from pandas.api.types import is_numeric_dtype  # only reached with a DataFrame
+    from pandas.api.types import is_complex_dtype, is_numeric_dtype  # only reached with a DataFrame
 
+    complex_columns = [str(c) for c, t in zip(X.columns, X.dtypes, strict=True) if is_complex_dtype(t)]
+    if complex_columns:
+        raise ValueError(
+            f"Complex data not supported: {name} has complex columns {complex_columns[:5]}; "
+            f"accepted: {_ACCEPTED}."
+        )
     bad = [str(col) for col, dtype in zip(X.columns, X.dtypes, strict=True) if not is_numeric_dtype(dtype)]
     if bad:
         raise TypeError(
@@ -86,6 +93,23 @@ def _from_dataframe(X: Any, name: str) -> np.ndarray:
         )
     # Nullable pandas dtypes hold pd.NA, which becomes NaN here (a missing value).
     return X.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _from_objects(arr: np.ndarray, name: str) -> np.ndarray:
+    """An object array of real numbers as float64; strings, complex numbers and the rest refused."""
+    bad = next((v for v in arr.flat if not isinstance(v, numbers.Real) and v is not None), None)
+    if isinstance(bad, numbers.Complex):
+        raise ValueError(f"Complex data not supported: {name} contains {bad!r}; accepted: {_ACCEPTED}.")
+    if bad is not None or any(v is None for v in arr.flat):
+        shown = bad if bad is not None else None
+        raise TypeError(
+            f"{name} contains non-numeric values (e.g. {shown!r} of type {type(shown).__name__}); "
+            f"accepted: {_ACCEPTED}. Use NaN for missing values."
+        )
+    try:
+        return arr.astype(np.float64)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TypeError(f"{name} contains values that are not float64 numbers ({exc}).") from None
 
 
 def as_float_matrix(X: Any, *, name: str = "X", allow_nan: bool = False) -> np.ndarray:
@@ -108,7 +132,8 @@ def as_float_matrix(X: Any, *, name: str = "X", allow_nan: bool = False) -> np.n
     Raises
     ------
     TypeError
-        Sparse, complex-free non-numeric (strings, objects, datetimes) input.
+        Sparse or non-numeric input (strings, even numeric-looking ones,
+        None, datetimes, other objects).
     ValueError
         Complex numbers, not 2-D, empty, infinite values, or NaN when
         ``allow_nan`` is False.
@@ -139,16 +164,15 @@ def _convert(X: Any, name: str, allow_nan: bool) -> tuple[np.ndarray, np.ndarray
             raise ValueError(
                 f"Complex data not supported: {name} has dtype {arr.dtype}; accepted: {_ACCEPTED}."
             )
-        if arr.dtype.kind not in "biuf":
-            if arr.dtype.kind in "OUS":
-                try:
-                    arr = arr.astype(np.float64)
-                except (TypeError, ValueError) as exc:
-                    raise TypeError(
-                        f"{name} contains non-numeric values ({exc}); accepted: {_ACCEPTED}."
-                    ) from None
-            else:
-                raise TypeError(f"{name} has dtype {arr.dtype}, which is not numeric; accepted: {_ACCEPTED}.")
+        if arr.dtype.kind == "O":
+            arr = _from_objects(arr, name)
+        elif arr.dtype.kind in "US":
+            raise TypeError(
+                f"{name} contains non-numeric values: strings (dtype {arr.dtype}), even if they look "
+                f"like numbers; accepted: {_ACCEPTED}. Convert them first, e.g. {name}.astype(float)."
+            )
+        elif arr.dtype.kind not in "biuf":
+            raise TypeError(f"{name} has dtype {arr.dtype}, which is not numeric; accepted: {_ACCEPTED}.")
     if arr.ndim != 2:
         hint = (
             f" Reshape your data with {name}.reshape(-1, 1) for one feature or "

@@ -227,9 +227,10 @@ def svd_full(X: np.ndarray, mean: np.ndarray) -> SVD:
     return SVD(s, vt, scores, float(np.sum(s**2)))
 
 
-def eigh_top(matrix: np.ndarray, n_components: int | None):
-    """Leading eigenpairs of a symmetric PSD matrix, descending, eigenvalues clipped at zero.
+def eigh_top(matrix: np.ndarray, n_components: int | None, *, clip: bool = True):
+    """Leading eigenpairs of a symmetric matrix, descending, eigenvalues clipped at zero if ``clip``.
 
+    Clipping is for PSD matrices, whose negative eigenvalues are rounding.
     Only the requested ``n_components`` pairs are computed (LAPACK ``evr``);
     ``matrix`` is overwritten. ``evr`` can return fewer pairs than asked
     (it does on matrices with a highly multiple eigenvalue, such as a
@@ -258,7 +259,8 @@ def eigh_top(matrix: np.ndarray, n_components: int | None):
         if evals.shape[0] < n_components:
             evals, evecs = scipy.linalg.eigh(saved, check_finite=False, overwrite_a=True, driver="evd")
             evals, evecs = evals[size - n_components :], evecs[:, size - n_components :]
-    return np.clip(evals[::-1], 0.0, None), evecs[:, ::-1]
+    evals = evals[::-1]
+    return (np.clip(evals, 0.0, None) if clip else evals), evecs[:, ::-1]
 
 
 def svd_covariance(X: np.ndarray, mean: np.ndarray, n_components: int | None = None) -> SVD:

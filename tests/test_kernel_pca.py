@@ -197,7 +197,8 @@ def test_remove_zero_eig_and_default_n_components_match_sklearn():
         ref = SklearnKernelPCA(kernel="linear", **params).fit(Z3)
         assert ours.n_components_ == ref.eigenvalues_.shape[0] == 3
         np.testing.assert_allclose(ours.eigenvalues_, ref.eigenvalues_, rtol=1e-10)
-    kept = KernelPCA(6, kernel="linear").fit(Z3)
+    with pytest.warns(UserWarning, match="3 non-zero eigenvalues, fewer than n_components = 6"):
+        kept = KernelPCA(6, kernel="linear").fit(Z3)
     np.testing.assert_array_equal(kept.eigenvalues_[3:], 0.0)
     np.testing.assert_array_equal(kept.transform(Z3)[:, 3:], 0.0)
 
@@ -207,7 +208,8 @@ def test_tiny_negative_eigenvalues_are_clipped_and_large_ones_are_an_error():
     H = np.eye(n) - 1.0 / n
     q, _ = np.linalg.qr(H @ RNG.standard_normal((n, 4)))  # orthonormal, orthogonal to 1
     K = q @ np.diag([5.0, 2.0, 1.0, -1e-11]) @ q.T
-    kpca = KernelPCA(4, kernel="precomputed").fit(K)
+    with pytest.warns(UserWarning, match="the last 1 components have eigenvalue 0"):
+        kpca = KernelPCA(4, kernel="precomputed").fit(K)
     np.testing.assert_allclose(kpca.eigenvalues_, [5.0, 2.0, 1.0, 0.0], atol=1e-12)
     K_bad = q @ np.diag([5.0, 2.0, 1.0, -0.5]) @ q.T
     with pytest.raises(ValueError, match=r"precomputed kernel matrix has eigenvalue -0\.5") as e:
@@ -414,15 +416,17 @@ def test_nystroem_more_landmarks_than_points_warns_and_is_exact():
 @pytest.mark.parametrize(
     ("params", "error", "match"),
     [
-        (dict(n_components=0), ValueError, "n_components=0 is not valid"),
-        (dict(n_components=2.5), ValueError, "n_components=2.5 is not valid"),
-        (dict(solver="lobpcg"), ValueError, "solver='lobpcg' is not valid"),
-        (dict(approximation="svd"), ValueError, "approximation='svd' is not valid"),
-        (dict(n_approx=0, approximation="nystroem"), ValueError, "n_approx=0 is not valid"),
-        (dict(alpha=-1.0), ValueError, "alpha=-1.0 is not valid"),
+        (dict(n_components=0), ValueError, "n_components must be an int >= 1 or None; got 0"),
+        (dict(n_components=2.5), TypeError, "n_components must be an int >= 1 or None; got 2.5"),
+        (dict(solver="lobpcg"), ValueError, "solver must be one of .*; got 'lobpcg'"),
+        (dict(approximation="svd"), ValueError, "approximation must be one of .*; got 'svd'"),
+        (dict(n_approx=0, approximation="nystroem"), ValueError, "n_approx must be an int >= 1 or None"),
+        (dict(alpha=-1.0), ValueError, "alpha must be a finite number >= 0; got -1.0"),
         (dict(kernel="gauss"), ValueError, "kernel='gauss' is not a known kernel"),
-        (dict(gamma=-0.1), ValueError, "gamma=-0.1"),
-        (dict(degree=-1), ValueError, "degree=-1"),
+        (dict(gamma=-0.1), ValueError, "gamma must be .*; got -0.1"),
+        (dict(degree=-1), ValueError, "degree must be .*; got -1"),
+        (dict(random_state="seed"), TypeError, "random_state must be None, an int >= 0"),
+        (dict(remove_zero_eig=1), TypeError, "remove_zero_eig must be True or False"),
         (dict(kernel="rbf", kernel_params={"a": 1}), ValueError, "kernel_params"),
         (dict(approximation="rff", kernel="poly"), ValueError, "rbf kernel only"),
     ],

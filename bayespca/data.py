@@ -96,20 +96,19 @@ def _from_dataframe(X: Any, name: str) -> np.ndarray:
 
 
 def _from_objects(arr: np.ndarray, name: str) -> np.ndarray:
-    """An object array of real numbers as float64; strings, complex numbers and the rest refused."""
-    bad = next((v for v in arr.flat if not isinstance(v, numbers.Real) and v is not None), None)
-    if isinstance(bad, numbers.Complex):
-        raise ValueError(f"Complex data not supported: {name} contains {bad!r}; accepted: {_ACCEPTED}.")
-    if bad is not None or any(v is None for v in arr.flat):
-        shown = bad if bad is not None else None
-        raise TypeError(
-            f"{name} contains non-numeric values (e.g. {shown!r} of type {type(shown).__name__}); "
-            f"accepted: {_ACCEPTED}. Use NaN for missing values."
-        )
+    """An object array of real numbers as float64; strings, None and complex numbers refused."""
+    for value in arr.flat:
+        if isinstance(value, str | bytes) or value is None:
+            raise TypeError(
+                f"{name} contains non-numeric values (e.g. {value!r}); accepted: {_ACCEPTED}. Convert "
+                "strings first; use NaN for missing values."
+            )
+        if isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real):
+            raise ValueError(f"Complex data not supported: {name} contains {value!r}; accepted: {_ACCEPTED}.")
     try:
         return arr.astype(np.float64)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise TypeError(f"{name} contains values that are not float64 numbers ({exc}).") from None
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} contains non-numeric values ({exc}); accepted: {_ACCEPTED}.") from None
 
 
 def as_float_matrix(X: Any, *, name: str = "X", allow_nan: bool = False) -> np.ndarray:

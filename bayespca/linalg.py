@@ -59,6 +59,7 @@ __all__ = [
     "drop_rounding",
     "eigh_top",
     "flip_signs",
+    "standardized",
     "svd_covariance",
     "svd_full",
     "svd_gram",
@@ -525,10 +526,7 @@ def decompose(
     magnitude = max(float(X.max()), -float(X.min()))
     scale = np.ones(d)
     if standardize:
-        std = column_scales(X, mean)
-        varying = std > 0
-        scale[varying] = std[varying]
-        X = np.where(varying, (X - mean) / scale, 0.0)  # constant columns: centring leaves rounding
+        X, scale = standardized(X, mean)
         mean = np.zeros(d)
         magnitude = float(np.max(np.abs(X), initial=0.0))
     if solver == "full":
@@ -607,3 +605,22 @@ def column_scales(X: np.ndarray, mean: np.ndarray) -> np.ndarray:
     std = np.sqrt(np.einsum("ij,ij->j", centred, centred) / max(n - 1, 1))
     constant = std <= 8 * np.finfo(float).eps * np.abs(X).max(axis=0, initial=0.0)
     return np.where(constant, 0.0, std)
+
+
+def standardized(X: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``((X - mean) / scale, scale)`` with ``scale`` the :func:`column_scales`; constant columns 0.
+
+    A constant column keeps scale 1 and becomes exactly 0 (centring leaves
+    only rounding of it, which must not count as variance).
+
+    Examples
+    --------
+    >>> X = np.array([[1.0, 5.0], [3.0, 5.0]])
+    >>> Xs, scale = standardized(X, X.mean(0))
+    >>> Xs.round(6).tolist(), scale.round(6).tolist()
+    ([[-0.707107, 0.0], [0.707107, 0.0]], [1.414214, 1.0])
+    """
+    std = column_scales(X, mean)
+    varying = std > 0
+    scale = np.where(varying, std, 1.0)
+    return np.where(varying, (X - mean) / scale, 0.0), scale

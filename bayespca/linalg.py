@@ -206,7 +206,9 @@ def complete_basis(rows: np.ndarray, n_missing: int) -> np.ndarray:
     True
     """
     d = rows.shape[1]
-    gauss = np.random.default_rng(0).standard_normal((d, n_missing))
+    # Drawn row by row, so the first m rows do not depend on n_missing >= m: completing
+    # 2 or 4 directions gives the same first 2 (QR keeps the span of leading columns).
+    gauss = np.random.default_rng(0).standard_normal((n_missing, d)).T
     gauss -= rows.T @ (rows @ gauss)
     q, _ = np.linalg.qr(gauss)
     q -= rows.T @ (rows @ q)  # one re-orthogonalisation pass
@@ -546,9 +548,10 @@ def drop_rounding(svd: SVD, solver: str, shape: tuple[int, int], magnitude: floa
 
     A singular value is noise below the larger of two floors:
 
-    * the data's: ``sqrt(n d) eps max|X|``, the Frobenius norm of the
-      rounding errors of centring (``magnitude = max|X|``); constant data
-      lie entirely below it;
+    * the data's: ``4 n sqrt(d) eps max|X|`` (``magnitude = max|X|``), a
+      bound on what the rounding of the column means leaves in the
+      centred data (each mean is a sum of n terms); constant data lie
+      entirely below it;
     * the solver's: ``max(n, d) eps s_1`` for an SVD (full, randomized),
       ``sqrt(max(n, d) eps) s_1`` for an eigendecomposition of ``Xc^T Xc``
       or ``Xc Xc^T`` (covariance, gram), whose eigenvalues carry absolute
@@ -572,7 +575,7 @@ def drop_rounding(svd: SVD, solver: str, shape: tuple[int, int], magnitude: floa
     eps = np.finfo(float).eps
     size = max(n, d)
     relative = size * eps if solver in ("full", "randomized") else np.sqrt(size * eps)
-    floor = max(relative * s[0], np.sqrt(n * d) * eps * magnitude)
+    floor = max(relative * s[0], 4 * n * np.sqrt(d) * eps * magnitude)
     zero = s <= floor
     kept_ss = float(np.sum(s[~zero] ** 2))
     # What the returned values leave of the total is noise when below the floor in every direction.

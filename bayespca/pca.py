@@ -24,21 +24,26 @@ __all__ = ["PCA"]
 _SAFE_LOG2 = 256
 
 
-def _working_units(X: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """``(Xw, centre, unit)``: the data in units of a power of two and the centre to subtract.
+def _working_units(X: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+    """``(Xw, centre, unit, mean)``: the data in units of a power of two, the centre to subtract
+    from them, and the column means in data units.
 
     Data in the safe band come back as they are (``unit = 1``). Others are
-    centred and divided by :func:`bayespca.statistics.power_of_two_scale`
-    of the centred data, after :func:`bayespca.statistics.check_representable`
-    has refused spreads whose variances float64 cannot hold.
+    centred (twice: what the first pass leaves of the mean, its rounding, is
+    removed by the second, so constant data become exactly constant) and
+    divided by :func:`bayespca.statistics.power_of_two_scale` of the centred
+    data, after :func:`bayespca.statistics.check_representable` has refused
+    spreads whose variances float64 cannot hold.
     """
     top = max(float(X.max()), -float(X.min()))
     if top == 0.0 or 2.0**-_SAFE_LOG2 <= top <= 2.0**_SAFE_LOG2:
-        return X, mean, 1.0
+        return X, mean, 1.0, mean
     centred = X - mean
+    residual = centred.mean(axis=0)
+    centred -= residual
     unit = power_of_two_scale(centred)
     check_representable(centred, None, unit)
-    return centred / unit, np.zeros_like(mean), unit
+    return centred / unit, np.zeros_like(mean), unit, mean + residual
 
 
 class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -230,8 +235,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         data = validate_fit(self, X)
         n, d = data.X.shape
         k = self._check_params(n, d)
-        mean = data.column_sums / n
-        Xw, centre, unit = _working_units(data.X, mean)
+        Xw, centre, unit, mean = _working_units(data.X, data.column_sums / n)
         dec = decompose(Xw, centre, k, self.solver, standardize=self.standardize,
                         n_oversamples=self.n_oversamples, n_power_iter=self.n_power_iter,
                         random_state=self.random_state)

@@ -459,6 +459,109 @@ def test_inverse_transform_with_alpha_zero_on_duplicates_is_a_named_error():
             KernelPCA(2, kernel="linear", alpha=0.0, fit_inverse_transform=True).fit(dup)
 
 
+# ------------------------------------------------------------- extreme and degenerate data
+
+KERNEL_NAMES = ["rbf", "linear", "poly", "laplacian", "sigmoid", "cosine"]
+
+
+@pytest.mark.parametrize("solver", ["dense", "arpack", "randomized"])
+@pytest.mark.parametrize("kernel", KERNEL_NAMES)
+@pytest.mark.parametrize("n", [30, 400])
+def test_constant_rows_have_the_known_answer(kernel, solver, n):
+    # All rows equal: the centred kernel matrix is 0, so every eigenvalue is 0 and every
+    # projection 0 (closed form); ARPACK used to stop with "starting vector is zero".
+    if solver == "randomized" and kernel == "sigmoid":
+        pytest.skip("the randomized solver is for PSD kernels")
+    rows = np.repeat(RNG.standard_normal((1, 3)), n, axis=0)
+    with pytest.warns(UserWarning, match="0 non-zero eigenvalues, fewer than n_components = 2"):
+        kpca = KernelPCA(2, kernel=kernel, solver=solver).fit(rows)
+    np.testing.assert_array_equal(kpca.eigenvalues_, 0.0)
+    np.testing.assert_array_equal(kpca.transform(rows[:5]), 0.0)
+    # The eigenvectors are a fixed orthonormal basis orthogonal to the constant vector.
+    V = kpca.eigenvectors_
+    np.testing.assert_allclose(V.T @ V, np.eye(2), atol=1e-13)
+    np.testing.assert_allclose(V.sum(axis=0), 0.0, atol=1e-12)
+    with pytest.warns(UserWarning, match="no component with a non-zero eigenvalue"):
+        assert KernelPCA(kernel=kernel, solver=solver).fit(rows).n_components_ == 0
+
+
+def test_arpack_on_constant_rows_gives_the_same_answer_every_call():
+    X1 = np.full((27, 1), 1.26736591)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        counts = {
+            KernelPCA(16, kernel="sigmoid", coef0=0, solver="arpack", remove_zero_eig=True,
+                      random_state=98).fit(X1).n_components_
+            for _ in range(8)
+        }
+    assert counts == {0}  # a centred matrix of zeros has no non-zero eigenvalue
+
+
+@pytest.mark.parametrize("solver", ["dense", "arpack"])
+def test_arpack_falls_back_on_rank_deficient_matrices(solver):
+    # Two distinct points, repeated: the centred linear kernel has rank 1 with eigenvalue
+    # n/4 |a - b|^2 (closed form: half the rows at each point).
+    a, b = np.array([1.0, 2.0, 0.5]), np.array([-1.0, 0.0, 2.5])
+    rows = np.vstack([np.repeat(a[None], 200, 0), np.repeat(b[None], 200, 0)])
+    with pytest.warns(UserWarning, match="1 non-zero eigenvalues, fewer than n_components = 3"):
+        kpca = KernelPCA(3, kernel="linear", solver=solver).fit(rows)
+    np.testing.assert_allclose(kpca.eigenvalues_, [400 / 4 * np.sum((a - b) ** 2), 0.0, 0.0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("solver", ["dense", "arpack"])
+def test_centred_identity_has_eigenvalue_one(solver):
+    # gamma = 1000 on standard normal data: K = I, H K H = H, eigenvalue 1 with multiplicity n - 1.
+    Z = np.random.default_rng(0).standard_normal((20, 3))
+    kpca = KernelPCA(2, kernel="rbf", gamma=1000, solver=solver).fit(Z)
+    assert kpca.n_components_ == 2
+    np.testing.assert_allclose(kpca.eigenvalues_, [1.0, 1.0], rtol=1e-12)
+    assert KernelPCA(kernel="rbf", gamma=1000).fit(Z).n_components_ == 19
+
+
+@pytest.mark.parametrize("c", [1e-150, 1e-8, 1e8, 1e150])
+def test_linear_kernel_pca_of_scaled_data_is_the_scaled_fit(c):
+    ref = KernelPCA(3, kernel="linear").fit(X)
+    ours = KernelPCA(3, kernel="linear").fit(X * c)
+    np.testing.assert_allclose(ours.eigenvalues_ / c**2, ref.eigenvalues_, rtol=1e-10)
+    np.testing.assert_allclose(ours.transform(X_NEW * c) / c, ref.transform(X_NEW), rtol=1e-9,
+                               atol=1e-10 * _scale(ref.transform(X_NEW)))
+
+
+@pytest.mark.parametrize("c", [1e-150, 1e150])
+def test_rbf_kernel_pca_with_gamma_scaled_alike_is_unchanged(c):
+    ref = KernelPCA(3, gamma=0.3).fit(X)
+    ours = KernelPCA(3, gamma=0.3 / c**2).fit(X * c)
+    np.testing.assert_allclose(ours.eigenvalues_, ref.eigenvalues_, rtol=1e-10)
+    np.testing.assert_allclose(ours.transform(X_NEW * c), ref.transform(X_NEW), atol=1e-10)
+
+
+def test_rbf_kernel_pca_far_from_the_origin():
+    # Data on a 2^-10 grid are exact at an offset of 1e9; reference: scikit-learn at the origin.
+    Z = np.round(X * 1024) / 1024
+    ours = KernelPCA(3, gamma=0.3).fit(Z + 1e9)
+    ref = SklearnKernelPCA(3, kernel="rbf", gamma=0.3).fit(Z)
+    np.testing.assert_allclose(ours.eigenvalues_, ref.eigenvalues_, rtol=1e-10)
+
+
+@pytest.mark.parametrize("approximation", [None, "nystroem"])
+def test_rbf_at_huge_scale_is_the_centred_identity(approximation):
+    # Every pair is far apart on the kernel's scale: K = I (closed form), eigenvalues 1.
+    kpca = KernelPCA(2, approximation=approximation, n_approx=20, random_state=0).fit(X[:40] * 1e300)
+    np.testing.assert_allclose(kpca.eigenvalues_, [1.0, 1.0], rtol=1e-12)
+
+
+def test_kernel_overflow_and_underflow_are_named_errors():
+    with pytest.raises(ValueError, match="The linear kernel needs the inner products x.y"):
+        KernelPCA(2, kernel="linear").fit(X * 1e300)
+    fitted = KernelPCA(2, kernel="linear").fit(X * 1e150)
+    with pytest.raises(ValueError, match="The linear kernel needs the inner products x.y"):
+        fitted.transform(X_NEW * 1e160)
+    with pytest.raises(ValueError, match="subnormal in float64"):
+        KernelPCA(2, kernel="linear").fit(X * 1e-160)
+    with pytest.raises(ValueError, match="phases x W of the random Fourier features overflow"):
+        KernelPCA(2, gamma=1e6, approximation="rff", n_approx=20, random_state=0).fit(X[:10] * 1e306)
+
+
 # ------------------------------------------------------------- scikit-learn API
 
 

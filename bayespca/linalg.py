@@ -58,6 +58,7 @@ __all__ = [
     "decompose",
     "drop_rounding",
     "eigh_top",
+    "exact_means",
     "flip_signs",
     "standardized",
     "svd_covariance",
@@ -487,6 +488,7 @@ def decompose(
     solver: str = "auto",
     *,
     standardize: bool = False,
+    magnitude: float | None = None,
     n_oversamples: int = 10,
     n_power_iter: int | None = None,
     random_state=None,
@@ -504,6 +506,10 @@ def decompose(
     standardize : bool, default=False
         Divide each centred column by its standard deviation
         (:func:`column_scales`); constant columns become exactly 0.
+    magnitude : float or None, default=None
+        ``max|X|`` of the data before any centring, in the units of ``X``,
+        when the caller has it and has already passed ``mean`` through
+        :func:`exact_means`; else both are done here.
     n_oversamples, n_power_iter, random_state
         Options of :func:`svd_randomized`.
 
@@ -525,7 +531,8 @@ def decompose(
             "solver='randomized' needs an integer n_components; the whole spectrum was asked for. "
             "Use solver='auto', 'full', 'covariance' or 'gram'."
         )
-    magnitude = max(float(X.max()), -float(X.min()))
+    if magnitude is None:
+        mean, magnitude = exact_means(X, mean)
     scale = np.ones(d)
     if standardize:
         X, scale = standardized(X, mean)
@@ -627,3 +634,22 @@ def standardized(X: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, np.ndarra
     varying = std > 0
     scale = np.where(varying, std, 1.0)
     return np.where(varying, (X - mean) / scale, 0.0), scale
+
+
+def exact_means(X: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, float]:
+    """``mean`` with each constant column's mean set to its value, and ``max|X|``.
+
+    A column mean is a sum of n terms over n and carries up to about
+    ``n eps`` of relative rounding; for a constant column that rounding is
+    all its centred values would hold (a spurious variance, blown up to 1
+    by standardizing). Taking the value itself makes the centred column
+    exactly 0. One pass over X (the minimum and maximum of each column).
+
+    Examples
+    --------
+    >>> X = np.full((3000, 1), 0.1)
+    >>> float(X.mean(axis=0)[0]) == 0.1, float(exact_means(X, X.mean(axis=0))[0][0]) == 0.1
+    (False, True)
+    """
+    lo, hi = X.min(axis=0), X.max(axis=0)
+    return np.where(lo == hi, hi, mean), max(float(hi.max()), -float(lo.min()))

@@ -10,7 +10,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 
 from bayespca import gaussian
 from bayespca.data import as_float_matrix, check_is_fitted, validate_fit, validate_transform
-from bayespca.linalg import SOLVERS, decompose
+from bayespca.linalg import SOLVERS, decompose, exact_means
 from bayespca.params import check_bool, check_choice, check_number, check_seed
 from bayespca.selection import METHODS, OPTIONS, select_from_singular_values
 from bayespca.statistics import check_representable, log_scale_correction, power_of_two_scale
@@ -24,9 +24,11 @@ __all__ = ["PCA"]
 _SAFE_LOG2 = 256
 
 
-def _working_units(X: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+def _working_units(
+    X: np.ndarray, mean: np.ndarray, top: float
+) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
     """``(Xw, centre, unit, mean)``: the data in units of a power of two, the centre to subtract
-    from them, and the column means in data units.
+    from them, and the column means in data units; ``top = max|X|``.
 
     Data in the safe band come back as they are (``unit = 1``). Others are
     centred (twice: what the first pass leaves of the mean, its rounding, is
@@ -35,7 +37,6 @@ def _working_units(X: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, np.ndar
     data, after :func:`bayespca.statistics.check_representable` has refused
     spreads whose variances float64 cannot hold.
     """
-    top = max(float(X.max()), -float(X.min()))
     if top == 0.0 or 2.0**-_SAFE_LOG2 <= top <= 2.0**_SAFE_LOG2:
         return X, mean, 1.0, mean
     centred = X - mean
@@ -235,8 +236,9 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         data = validate_fit(self, X)
         n, d = data.X.shape
         k = self._check_params(n, d)
-        Xw, centre, unit, mean = _working_units(data.X, data.column_sums / n)
-        dec = decompose(Xw, centre, k, self.solver, standardize=self.standardize,
+        mean, top = exact_means(data.X, data.column_sums / n)
+        Xw, centre, unit, mean = _working_units(data.X, mean, top)
+        dec = decompose(Xw, centre, k, self.solver, standardize=self.standardize, magnitude=top / unit,
                         n_oversamples=self.n_oversamples, n_power_iter=self.n_power_iter,
                         random_state=self.random_state)
         if self.standardize:  # standardized data have no units: results need none put back

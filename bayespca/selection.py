@@ -417,11 +417,12 @@ def select_from_singular_values(
     unit = math.ldexp(1.0, math.frexp(s[0])[1]) if s[0] > 0 else 1.0
     working = _rule(s / unit, n, d, method, threshold,
                     None if noise_std is None else noise_std / unit,
-                    None if tau is None else tau / unit**2)
-    criterion, thr = working.criterion, working.threshold
-    with np.errstate(over="ignore"):
+                    None if tau is None else tau / unit / unit)
+    criterion = working.criterion
+    thr = None if working.threshold is None else np.float64(working.threshold)
+    with np.errstate(over="ignore"):  # numpy scalars: overflow gives inf, checked below
         if method in ("aic", "bic", "gaic", "rank"):
-            criterion, thr = criterion * unit**2, None if thr is None else thr * unit**2
+            criterion, thr = criterion * unit * unit, None if thr is None else thr * unit * unit
         elif method == "gavish-donoho":
             criterion, thr = criterion * unit, thr * unit
         elif method == "mle":  # log-evidence of data in units of u: add the Jacobian
@@ -435,6 +436,7 @@ def select_from_singular_values(
             f"The {method!r} criterion of singular values up to {s[0]:.3g} overflows float64; "
             "rescale the data (the choice of n_components does not depend on their scale)."
         )
+    thr = None if thr is None else float(thr)
     return Selection(method, working.n_components, working.candidates, criterion, thr, working.rule, s, n, d)
 
 

@@ -56,7 +56,15 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.exceptions import ConvergenceWarning
 
 from bayespca.data import as_float_matrix, check_is_fitted, validate_transform
-from bayespca.linalg import centred_scatter, eigh_top, flip_signs, standardized, svd_covariance, svd_gram
+from bayespca.linalg import (
+    centred_scatter,
+    eigh_top,
+    exact_means,
+    flip_signs,
+    standardized,
+    svd_covariance,
+    svd_gram,
+)
 from bayespca.params import as_generator, check_bool, check_choice, check_number, check_seed
 from bayespca.statistics import prepare
 
@@ -617,8 +625,9 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         data = prepare(self, X, allow_nan=False)
         n, d = data.n, data.d
         k = self._n_components(n, d)
-        Xw, centre, unit = data.X, data.mean, data.scale
-        scale = np.ones(d)
+        Xw, unit = data.X, data.scale
+        mean, _ = exact_means(Xw, data.mean)
+        centre, scale = mean, np.ones(d)
         if self.standardize:
             Xw, std = standardized(Xw, centre)
             scale, centre, unit = std * unit, np.zeros(d), 1.0  # standardized data have no units
@@ -629,8 +638,7 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
             scatter = Scatter(root=(Xw - centre) / np.sqrt(n))
         total_variance = float(scatter.diag.sum()) * n / (n - 1)
         A0 = self._initial_directions(Xw, centre, scatter, k)
-        mean = data.mean * data.scale
-        return _Problem(Xw, centre, mean, scale, scatter, total_variance, A0, solver, unit), k
+        return _Problem(Xw, centre, mean * data.scale, scale, scatter, total_variance, A0, solver, unit), k
 
     def _penalties(self, alpha: float, unit: float) -> tuple[float, float]:
         """Lasso and ridge weights in working units (``S`` there is ``S_data / unit^2``)."""

@@ -394,3 +394,16 @@ def test_procrustes_bad_input():
     with pytest.raises(ValueError, match="target must be a 2-D array"):
         procrustes(np.ones((3, 2, 2)), np.ones((3, 2, 2)))
 
+
+
+@pytest.mark.parametrize("c", [1e-300, 1e-200, 1e200, 1e300])
+@pytest.mark.parametrize("method", METHODS)
+def test_rotation_does_not_depend_on_the_scale_of_the_loadings(method, c):
+    # Reference: the rotation of the unscaled loadings (checked against R above).
+    ref = rotate(HARMAN, method)
+    ours = rotate(HARMAN * c, method)
+    np.testing.assert_allclose(ours.matrix, ref.matrix, atol=1e-12)
+    np.testing.assert_allclose(ours.loadings / c, ref.loadings, atol=1e-12)
+    np.testing.assert_allclose(ours.factor_correlation, ref.factor_correlation, atol=1e-12)
+    _, R = procrustes(HARMAN * c, ref.loadings)
+    np.testing.assert_allclose(R, procrustes(HARMAN, ref.loadings)[1], atol=1e-12)

@@ -455,6 +455,67 @@ def test_non_convergence_warns():
         sparse_pca_path(X, 3, alphas=[0.05], max_iter=1)
 
 
+# ------------------------------------------------------------------ extreme and degenerate data
+@pytest.mark.parametrize("c", [1e-150, 1e-8, 1e8, 1e150])
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_fit_of_scaled_data_with_penalty_scaled_alike_is_unchanged(c, solver):
+    # alpha is on the scale of a covariance: c X with alpha c^2 is the same problem (reference:
+    # the unscaled fit).
+    X, _ = _sparse_factors(seed=3, n=120, d=12, size=4)
+    ref = SparsePCA(3, alpha=0.4, solver=solver).fit(X)
+    ours = SparsePCA(3, alpha=0.4 * c**2, solver=solver).fit(X * c)
+    np.testing.assert_allclose(ours.components_, ref.components_, atol=1e-9)
+    np.testing.assert_array_equal(ours.n_nonzero_, ref.n_nonzero_)
+    np.testing.assert_allclose(ours.explained_variance_ / c**2, ref.explained_variance_, rtol=1e-8)
+    np.testing.assert_allclose(ours.objective_ / c**2, ref.objective_, rtol=1e-8)
+    np.testing.assert_allclose(ours.transform(X * c) / c, ref.transform(X), rtol=1e-8, atol=1e-8)
+
+
+@pytest.mark.parametrize("c", [1e-300, 1e300])
+def test_spread_outside_float64_variances_is_refused(c):
+    with pytest.raises(ValueError, match="X has a spread of about"):
+        SparsePCA(2).fit(np.random.default_rng(0).standard_normal((20, 5)) * c)
+
+
+def test_tiny_ridge_on_rank_deficient_data_gives_principal_axes():
+    # n < d and a ridge far below the rounding of S: S + l2 I is singular to working precision.
+    # ZHT's Theorem 3 still holds (reference: numpy's SVD).
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((6, 10)) * np.linspace(3, 1, 10)
+    _, _, vt = np.linalg.svd(X - X.mean(0), full_matrices=False)
+    for solver in SOLVERS:
+        spca = SparsePCA(3, alpha=1e-30, l1_ratio=0.0, solver=solver).fit(X)
+        signs = np.sign(np.sum(spca.components_ * vt[:3], axis=1))
+        np.testing.assert_allclose(spca.components_, vt[:3] * signs[:, None], atol=1e-10)
+
+
+def test_negligible_lasso_with_more_features_than_samples_reaches_the_pca_fit():
+    # The data of the "390 feature-sign rounds" report: alpha = 0.1 on data of scale 1e8 is a
+    # relative penalty of 1e-17. The criterion is then 1/2 the variance (ddof=0) that k components
+    # leave unexplained: 0 for k >= rank = n - 1 (closed form), reached to rounding.
+    X = np.random.default_rng(7).standard_normal((7, 8)) * 1e8
+    Xc = X - X.mean(0)
+    total = np.sum(Xc**2) / 7
+    for solver in SOLVERS:
+        spca = SparsePCA(7, alpha=0.1, l1_ratio=1.0, solver=solver).fit(X)
+        assert abs(spca.objective_) <= 1e-9 * total
+        # Xc B A^T = Xc: the rank-6 data are reproduced from their regression on the loadings.
+        reproduced = Xc @ spca.coef_.T @ spca.directions_
+        np.testing.assert_allclose(reproduced, Xc, rtol=0, atol=1e-6 * np.abs(Xc).max())
+
+
+def test_constant_data_give_zero_loadings_with_a_warning():
+    X = np.full((10, 4), 2.5)
+    with pytest.warns(UserWarning, match="all-zero loadings"):
+        spca = SparsePCA(2).fit(X)
+    np.testing.assert_array_equal(spca.components_, 0.0)
+    np.testing.assert_array_equal(spca.transform(X), 0.0)
+    np.testing.assert_array_equal(spca.explained_variance_, 0.0)
+    with pytest.warns(UserWarning, match="all-zero loadings"):
+        std = SparsePCA(2, standardize=True).fit(np.c_[X, np.arange(10.0)])
+    np.testing.assert_array_equal(std.scale_[:4], 1.0)  # constant columns keep scale 1
+
+
 # ------------------------------------------------------------------ scikit-learn compatibility
 @pytest.mark.filterwarnings("ignore:SparsePCA components")
 @parametrize_with_checks([

@@ -27,6 +27,7 @@ __all__ = [
     "as_float_matrix",
     "check_is_fitted",
     "validate_fit",
+    "validate_scores",
     "validate_transform",
 ]
 
@@ -145,7 +146,7 @@ def as_float_matrix(X: Any, *, name: str = "X", allow_nan: bool = False) -> np.n
     return _convert(X, name, allow_nan)[0]
 
 
-def _convert(X: Any, name: str, allow_nan: bool) -> tuple[np.ndarray, np.ndarray]:
+def _convert(X: Any, name: str, allow_nan: bool, min_columns: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """:func:`as_float_matrix`, also returning the column sums."""
     if hasattr(X, "toarray") or type(X).__module__.startswith("scipy.sparse"):
         raise TypeError(
@@ -186,7 +187,7 @@ def _convert(X: Any, name: str, allow_nan: bool) -> tuple[np.ndarray, np.ndarray
     arr = np.ascontiguousarray(arr, dtype=np.float64)
     # A data matrix has samples and features; other matrices (loadings, scores) rows and columns.
     for axis, what in enumerate(("sample", "feature") if name == "X" else ("row", "column")):
-        if arr.shape[axis] == 0:
+        if arr.shape[axis] < (1 if axis == 0 else min_columns):
             raise ValueError(
                 f"{name} has 0 {what}(s) (shape={arr.shape}) while a minimum of 1 is required."
             )
@@ -353,3 +354,29 @@ def validate_transform(estimator: Any, X: Any, *, allow_nan: bool = False) -> Va
             f"{estimator.n_features_in_} features as input."
         )
     return ValidatedData(arr, _missing_mask(arr, allow_nan, sums), sums)
+
+
+def validate_scores(estimator: Any, Z: Any) -> np.ndarray:
+    """Validate scores given to ``inverse_transform``: ``n_components_`` finite columns.
+
+    An estimator fitted with no components takes (and gives) scores with no
+    columns; ``inverse_transform`` then returns the mean.
+
+    Examples
+    --------
+    >>> from bayespca import PCA
+    >>> pca = PCA(1).fit([[1.0, 2.0], [2.0, 4.1], [3.0, 5.9]])
+    >>> validate_scores(pca, [[1.0, 2.0]])
+    Traceback (most recent call last):
+    ...
+    ValueError: X has 2 columns, but PCA.inverse_transform expects n_components_ = 1 score columns.
+    """
+    check_is_fitted(estimator)
+    k = estimator.n_components_
+    arr, _ = _convert(Z, "X", allow_nan=False, min_columns=min(k, 1))
+    if arr.shape[1] != k:
+        raise ValueError(
+            f"X has {arr.shape[1]} columns, but {type(estimator).__name__}.inverse_transform expects "
+            f"n_components_ = {k} score columns."
+        )
+    return arr

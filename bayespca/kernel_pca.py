@@ -43,11 +43,12 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import scipy.linalg
 import scipy.sparse.linalg
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.exceptions import NotFittedError
 
-from bayespca.data import as_float_matrix, check_is_fitted, validate_fit, validate_transform
+from bayespca.data import check_is_fitted, validate_fit, validate_scores, validate_transform
 from bayespca.kernels import FourierMap, Kernel, NystroemMap
 from bayespca.linalg import complete_basis, decompose, eigh_top, flip_signs
 from bayespca.params import as_generator, check_bool, check_choice, check_number, check_seed
@@ -495,15 +496,15 @@ or callable, default="rbf"
         zero = int(np.sum(evals == 0))
         if self.remove_zero_eig or self.n_components is None:
             keep = evals > 0
-            if not keep.any():
-                warnings.warn(
-                    f"KernelPCA found no component with a non-zero eigenvalue: the centred "
-                    f"{self.kernel_.label} kernel matrix is zero to rounding (the data are constant in "
-                    "the kernel's feature space: duplicate rows, or a gamma that makes every kernel "
-                    "value equal). n_components_ = 0 and transform returns no columns.",
-                    UserWarning,
-                    stacklevel=5,
-                )
+        if not keep.any():
+            warnings.warn(
+                f"KernelPCA found no component with a non-zero eigenvalue: the centred "
+                f"{self.kernel_.label} kernel matrix is zero to rounding (the data are constant in "
+                "the kernel's feature space: duplicate rows, or a gamma that makes every kernel "
+                "value equal). n_components_ = 0 and transform returns no columns.",
+                UserWarning,
+                stacklevel=5,
+            )
         elif zero:
             warnings.warn(
                 f"The centred {self.kernel_.label} kernel matrix has {evals.size - zero} non-zero "
@@ -520,9 +521,7 @@ or callable, default="rbf"
     def _fit_pre_image(self, X, kernel):
         Z = self.eigenvectors_ * np.sqrt(self.eigenvalues_)
         if self.approximation is None:
-            gram = kernel(Z)
-            gram.flat[:: gram.shape[0] + 1] += self.alpha
-            self.dual_coef_ = _solve_psd(gram, X, self.alpha)
+            self.dual_coef_ = _ridge_solve(kernel(Z), X, self.alpha)
             self.X_transformed_fit_ = Z
             return
         if self.approximation == "nystroem":
@@ -538,13 +537,9 @@ or callable, default="rbf"
         # primal (Psi^T Psi + alpha I) W = Psi^T X when r' <= n, else the dual
         # W = Psi^T (Psi Psi^T + alpha I)^{-1} X; the same predictor either way.
         if psi.shape[1] <= psi.shape[0]:
-            gram = psi.T @ psi
-            gram.flat[:: gram.shape[0] + 1] += self.alpha
-            self.inverse_coef_ = _solve_psd(gram, psi.T @ X, self.alpha)
+            self.inverse_coef_ = _ridge_solve(psi.T @ psi, psi.T @ X, self.alpha)
         else:
-            gram = psi @ psi.T
-            gram.flat[:: gram.shape[0] + 1] += self.alpha
-            self.inverse_coef_ = psi.T @ _solve_psd(gram, X, self.alpha)
+            self.inverse_coef_ = psi.T @ _ridge_solve(psi @ psi.T, X, self.alpha)
 
     # ------------------------------------------------------------ transform
 
@@ -609,12 +604,7 @@ or callable, default="rbf"
                 "This KernelPCA was fitted with fit_inverse_transform=False, so it has no "
                 "pre-image map; refit with fit_inverse_transform=True to use inverse_transform."
             )
-        Z = as_float_matrix(X, name="X")
-        if Z.shape[1] != self.n_components_:
-            raise ValueError(
-                f"X has {Z.shape[1]} columns, but inverse_transform expects the "
-                f"n_components_={self.n_components_} projections."
-            )
+        Z = validate_scores(self, X)
         if hasattr(self, "inverse_coef_"):
             return self.inverse_map_(Z) @ self.inverse_coef_
         return self.kernel_(Z, self.X_transformed_fit_) @ self.dual_coef_
@@ -668,16 +658,22 @@ def _check_precomputed_fit(K):
     return (K + K.T) / 2.0  # a copy: K is centred in place later
 
 
-def _solve_psd(gram, rhs, alpha):
-    """Solve ``gram @ W = rhs`` for a symmetric matrix, by Cholesky when it is PD."""
-    try:
-        return scipy.linalg.solve(gram, rhs, assume_a="pos", check_finite=False)
-    except np.linalg.LinAlgError:
-        pass
-    try:  # kernels that are not PSD (sigmoid) can still give a solvable system
-        return scipy.linalg.solve(gram, rhs, assume_a="sym", check_finite=False)
-    except np.linalg.LinAlgError:
+def _ridge_solve(gram, rhs, alpha):
+    """``(gram + alpha I)^{-1} rhs`` for a symmetric ``gram``, on its eigendecomposition.
+
+    ``U diag(1 / (e + alpha)) U^T rhs`` is backward stable however small
+    ``alpha`` is against ``gram`` (a Cholesky solve of the shifted matrix is
+    not), and it works for kernels that are not PSD (sigmoid) as long as no
+    ``e + alpha`` vanishes.
+    """
+    e, U = scipy.linalg.eigh(gram, check_finite=False, driver="evd")
+    rounding = gram.shape[0] * np.finfo(float).eps * np.abs(e).max(initial=0.0)
+    e[np.abs(e) <= rounding] = 0.0  # eigenvalues at the rounding level of the kernel are 0
+    shifted = e + alpha
+    if np.any(np.abs(shifted) <= max(rounding, np.finfo(float).tiny)):
         raise ValueError(
-            f"The pre-image regression is singular with alpha={alpha}; use alpha > 0 "
+            f"The pre-image regression is singular with alpha={alpha} (the kernel matrix of the "
+            f"projections has eigenvalue {-alpha:.3g} or is singular); use another alpha > 0 "
             "(e.g. the default 1.0)."
-        ) from None
+        )
+    return U @ ((U.T @ rhs) / shifted[:, None])

@@ -260,7 +260,7 @@ def _rbf(X, Y, gamma, symmetric):
 
 def _unit_rows(X):
     """Rows divided by their norms; each row is first divided by its largest entry (no overflow)."""
-    top = np.abs(X).max(axis=1)
+    top = np.abs(X).max(axis=1, initial=0.0)
     top[top == 0.0] = 1.0  # a zero row stays zero: its cosine with anything is 0
     X = X / top[:, None]
     norms = np.sqrt(np.einsum("ij,ij->i", X, X))

@@ -108,7 +108,10 @@ def flip_signs(components: np.ndarray, scores: np.ndarray | None = None):
     """Make the largest-magnitude entry of each component positive.
 
     This is scikit-learn's ``svd_flip(u_based_decision=False)`` rule, and it
-    makes every solver give the same signs.
+    makes every solver give the same signs. Entries within ``1e-9`` (relative)
+    of the largest count as tied and the first of them decides: axes such as
+    ``(1, -1) / sqrt(2)`` would otherwise take their sign from rounding, and
+    differ between solvers, scales and calls.
 
     Parameters
     ----------
@@ -125,10 +128,13 @@ def flip_signs(components: np.ndarray, scores: np.ndarray | None = None):
     --------
     >>> flip_signs(np.array([[0.6, -0.8]]))[0]
     array([[-0.6,  0.8]])
+    >>> flip_signs(np.array([[-0.7071067811865475, 0.7071067811865476]]))[0]  # tied: the first decides
+    array([[ 0.70710678, -0.70710678]])
     """
-    if components.shape[0] == 0:
+    if components.shape[0] == 0 or components.shape[1] == 0:
         return components, scores
-    idx = np.argmax(np.abs(components), axis=1)
+    magnitude = np.abs(components)
+    idx = np.argmax(magnitude >= (1.0 - 1e-9) * magnitude.max(axis=1, keepdims=True), axis=1)
     signs = np.sign(components[np.arange(components.shape[0]), idx])
     signs[signs == 0] = 1.0
     components = components * signs[:, None]
@@ -488,7 +494,7 @@ def decompose(
     solver: str = "auto",
     *,
     standardize: bool = False,
-    magnitude: float | None = None,
+    magnitudes: tuple[float, float] | None = None,
     n_oversamples: int = 10,
     n_power_iter: int | None = None,
     random_state=None,
@@ -506,10 +512,13 @@ def decompose(
     standardize : bool, default=False
         Divide each centred column by its standard deviation
         (:func:`column_scales`); constant columns become exactly 0.
-    magnitude : float or None, default=None
-        ``max|X|`` of the data before any centring, in the units of ``X``,
-        when the caller has it and has already passed ``mean`` through
-        :func:`exact_means`; else both are done here.
+    magnitudes : (float, float) or None, default=None
+        ``max|X|`` over all columns and over the varying columns of the
+        data before any centring, in the units of ``X``, when the caller
+        has them and has already passed ``mean`` through
+        :func:`exact_means`; else both are done here. They set the
+        rounding floor of :func:`drop_rounding` (all columns for the
+        randomized solver, which never centres X; varying ones otherwise).
     n_oversamples, n_power_iter, random_state
         Options of :func:`svd_randomized`.
 
@@ -531,8 +540,9 @@ def decompose(
             "solver='randomized' needs an integer n_components; the whole spectrum was asked for. "
             "Use solver='auto', 'full', 'covariance' or 'gram'."
         )
-    if magnitude is None:
-        mean, magnitude = exact_means(X, mean)
+    if magnitudes is None:
+        mean, *magnitudes = exact_means(X, mean)
+    magnitude = magnitudes[0] if solver == "randomized" else magnitudes[1]
     scale = np.ones(d)
     if standardize:
         X, scale = standardized(X, mean)
@@ -586,7 +596,8 @@ def drop_rounding(svd: SVD, solver: str, shape: tuple[int, int], magnitude: floa
     zero = s <= floor
     kept_ss = float(np.sum(s[~zero] ** 2))
     # What the returned values leave of the total is noise when below the floor in every direction.
-    total_ss = kept_ss if svd.total_ss - kept_ss <= min(n, d) * floor**2 else svd.total_ss
+    noise_only = np.sqrt(max(svd.total_ss - kept_ss, 0.0)) <= np.sqrt(min(n, d)) * floor
+    total_ss = kept_ss if noise_only else svd.total_ss
     if not zero.any():
         return svd._replace(total_ss=total_ss)
     components = svd.components.copy()
@@ -636,20 +647,26 @@ def standardized(X: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return np.where(varying, (X - mean) / scale, 0.0), scale
 
 
-def exact_means(X: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, float]:
-    """``mean`` with each constant column's mean set to its value, and ``max|X|``.
+def exact_means(X: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """``mean`` with each constant column's mean set to its value; ``max|X|`` over all columns and
+    over the columns that vary.
 
     A column mean is a sum of n terms over n and carries up to about
     ``n eps`` of relative rounding; for a constant column that rounding is
     all its centred values would hold (a spurious variance, blown up to 1
     by standardizing). Taking the value itself makes the centred column
-    exactly 0. One pass over X (the minimum and maximum of each column).
+    exactly 0, so only the varying columns leave rounding in the centred
+    data. One pass over X (the minimum and maximum of each column).
 
     Examples
     --------
-    >>> X = np.full((3000, 1), 0.1)
-    >>> float(X.mean(axis=0)[0]) == 0.1, float(exact_means(X, X.mean(axis=0))[0][0]) == 0.1
-    (False, True)
+    >>> X = np.c_[np.full(3000, 0.1), np.arange(3000.0)]
+    >>> mean, top, varying = exact_means(X, X.mean(axis=0))
+    >>> float(X.mean(axis=0)[0]) == 0.1, float(mean[0]) == 0.1, top, varying
+    (False, True, 2999.0, 2999.0)
     """
-    lo, hi = X.min(axis=0), X.max(axis=0)
-    return np.where(lo == hi, hi, mean), max(float(hi.max()), -float(lo.min()))
+    lo, hi = X.min(axis=0, initial=np.inf), X.max(axis=0, initial=-np.inf)
+    varying = lo != hi
+    top = max(float(np.max(hi, initial=0.0)), -float(np.min(lo, initial=0.0)))
+    varying_top = max(float(np.max(hi[varying], initial=0.0)), -float(np.min(lo[varying], initial=0.0)))
+    return np.where(varying, mean, hi), top, varying_top

@@ -9,7 +9,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
 from bayespca import gaussian
-from bayespca.data import as_float_matrix, check_is_fitted, validate_fit, validate_transform
+from bayespca.data import check_is_fitted, validate_fit, validate_scores, validate_transform
 from bayespca.linalg import SOLVERS, decompose, exact_means
 from bayespca.params import check_bool, check_choice, check_number, check_seed
 from bayespca.selection import METHODS, OPTIONS, select_from_singular_values
@@ -236,11 +236,13 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         data = validate_fit(self, X)
         n, d = data.X.shape
         k = self._check_params(n, d)
-        mean, top = exact_means(data.X, data.column_sums / n)
+        mean, top, varying_top = exact_means(data.X, data.column_sums / n)
         Xw, centre, unit, mean = _working_units(data.X, mean, top)
-        dec = decompose(Xw, centre, k, self.solver, standardize=self.standardize, magnitude=top / unit,
-                        n_oversamples=self.n_oversamples, n_power_iter=self.n_power_iter,
-                        random_state=self.random_state)
+        dec = decompose(Xw, centre, k, self.solver, standardize=self.standardize,
+                        magnitudes=(top / unit, varying_top / unit), n_oversamples=self.n_oversamples,
+                        n_power_iter=self.n_power_iter, random_state=self.random_state)
+        # The power of two of the data, for the Gaussian's working units (see _gaussian).
+        self._unit = unit
         if self.standardize:  # standardized data have no units: results need none put back
             scale, unit = dec.scale * unit, 1.0
         else:
@@ -252,7 +254,6 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self.mean_ = mean
         self.scale_ = scale
         self.solver_ = dec.solver
-        self._unit = unit
         return svd.scores
 
     def _store(self, svd, k: int, n: int, d: int, unit: float) -> None:
@@ -315,7 +316,8 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         scores = self._fit(X)
         if scores is None:
             return self.transform(X)
-        return self._whiten(scores[:, : self.n_components_] * self._unit)
+        unit = 1.0 if self.standardize else self._unit  # standardized scores have no units
+        return self._whiten(scores[:, : self.n_components_] * unit)
 
     # ------------------------------------------------------------ transforms
     def _whiten(self, scores):
@@ -361,16 +363,10 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         -------
         ndarray of shape (n_samples, n_features)
         """
-        check_is_fitted(self)
-        Z = as_float_matrix(X, name="X")
-        if Z.shape[1] != self.n_components_:
-            raise ValueError(
-                f"X has {Z.shape[1]} columns, but inverse_transform expects n_components_ = "
-                f"{self.n_components_} score columns."
-            )
-        if self.whiten:
-            Z = Z * self._whiten_scale()
+        Z = validate_scores(self, X)
         with np.errstate(over="ignore", invalid="ignore"):
+            if self.whiten:
+                Z = Z * self._whiten_scale()
             back = (Z @ self.components_) * self.scale_ + self.mean_
         return _finite(back, "inverse_transform")
 
@@ -387,8 +383,10 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """
         check_is_fitted(self)
         d, k, u = self.n_features_in_, self.n_components_, self._unit
-        lam = np.maximum(self.explained_variance_, self.noise_variance_) / u**2
-        axes, sigma2 = self.components_, self.noise_variance_ / u**2
+        # Standardized variances are unitless: the units are in scale_.
+        v = 1.0 if self.standardize else u
+        lam = np.maximum(self.explained_variance_, self.noise_variance_) / v**2
+        axes, sigma2 = self.components_, self.noise_variance_ / v**2
         if k == d:
             axes, lam, sigma2 = axes[:-1], lam[:-1], lam[-1]
         if sigma2 <= 0 and not singular_ok:

@@ -318,7 +318,7 @@ def _profile_two_groups(lam: np.ndarray) -> np.ndarray:
     for q in range(1, m):
         a, b = lam[:q], lam[q:]
         ss = ((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()
-        var = max(ss / m, 1e-300 * max(lam.max() ** 2, 1e-300))
+        var = max(ss / m, 1e-300 * lam.max() ** 2, np.finfo(float).tiny)  # ties, or no variance at all
         out[q - 1] = -0.5 * (m * np.log(2 * np.pi * var) + ss / var)
     return out
 

@@ -55,7 +55,7 @@ import scipy.linalg
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.exceptions import ConvergenceWarning
 
-from bayespca.data import as_float_matrix, check_is_fitted, validate_transform
+from bayespca.data import as_float_matrix, validate_scores, validate_transform
 from bayespca.linalg import (
     centred_scatter,
     eigh_top,
@@ -626,7 +626,7 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         n, d = data.n, data.d
         k = self._n_components(n, d)
         Xw, unit = data.X, data.scale
-        mean, _ = exact_means(Xw, data.mean)
+        mean = exact_means(Xw, data.mean)[0]
         centre, scale = mean, np.ones(d)
         if self.standardize:
             Xw, std = standardized(Xw, centre)
@@ -734,13 +734,7 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         -------
         ndarray of shape (n_samples, n_features)
         """
-        check_is_fitted(self)
-        Z = as_float_matrix(X, name="X")
-        if Z.shape[1] != self.n_components_:
-            raise ValueError(
-                f"X has {Z.shape[1]} columns, but inverse_transform expects n_components_ = "
-                f"{self.n_components_} score columns."
-            )
+        Z = validate_scores(self, X)
         return (Z @ self.components_) * self.scale_ + self.mean_
 
     @property

@@ -267,7 +267,7 @@ def test_inverse_transform_errors():
     with pytest.raises(NotFittedError):
         KernelPCA(2, fit_inverse_transform=True).inverse_transform(np.zeros((1, 2)))
     kpca = KernelPCA(2, fit_inverse_transform=True).fit(X)
-    with pytest.raises(ValueError, match="X has 3 columns, but inverse_transform expects"):
+    with pytest.raises(ValueError, match="X has 3 columns, but KernelPCA.inverse_transform expects"):
         kpca.inverse_transform(np.zeros((1, 3)))
     with pytest.raises(ValueError, match="fit_inverse_transform with kernel='precomputed'"):
         KernelPCA(kernel="precomputed", fit_inverse_transform=True).fit(X @ X.T)

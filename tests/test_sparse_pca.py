@@ -433,7 +433,7 @@ def test_bad_data_and_path_arguments_are_named():
     spca = SparsePCA(2).fit(X)
     with pytest.raises(ValueError, match="X has 7 features, but SparsePCA is expecting 8"):
         spca.transform(X[:, :7])
-    with pytest.raises(ValueError, match="X has 3 columns, but inverse_transform expects n_components_ = 2"):
+    with pytest.raises(ValueError, match="has 3 columns, but SparsePCA.inverse_transform expects n_comp"):
         spca.inverse_transform(X[:, :3])
     with pytest.raises(ValueError, match="n_alphas must be an int >= 1; got 0"):
         sparse_pca_path(X, 2, n_alphas=0)

@@ -22,8 +22,14 @@ on flat spectra its error shrinks geometrically with the depth ``q``
 (Halko et al. 2011; Musco & Musco 2015).
 
 All solvers finish with :func:`flip_signs`, so their output is the same up
-to rounding whichever one ran. :func:`choose_solver` picks the cheapest by a
-flop count, :func:`decompose` runs the one chosen, and :func:`drop_rounding`
+to rounding whichever one ran. They run on NumPy's LAPACK and BLAS only:
+NumPy and SciPy each load their own OpenBLAS with its own thread pool, and a
+fit that alternates between them (a matrix product in one, an
+eigendecomposition in the other) leaves one pool's threads spinning while
+the other's work, which on a small machine made PCA several times slower.
+
+:func:`choose_solver` picks the cheapest solver by a flop count,
+:func:`decompose` runs the one chosen, and :func:`drop_rounding`
 sets singular values that are rounding noise to exactly zero, with a fixed
 orthonormal completion as their directions, so that rank-deficient and
 constant data have one answer whichever solver ran.
@@ -232,7 +238,7 @@ def svd_full(X: np.ndarray, mean: np.ndarray) -> SVD:
     >>> svd_full(X, X.mean(0)).singular_values.round(6)
     array([2., 0.])
     """
-    u, s, vt = scipy.linalg.svd(X - mean, full_matrices=False, check_finite=False)
+    u, s, vt = np.linalg.svd(X - mean, full_matrices=False)
     vt, scores = flip_signs(vt, u * s)
     return SVD(s, vt, scores, float(np.sum(s**2)))
 
@@ -273,6 +279,12 @@ def eigh_top(matrix: np.ndarray, n_components: int | None, *, clip: bool = True)
     return (np.clip(evals, 0.0, None) if clip else evals), evecs[:, ::-1]
 
 
+def _eigh_descending(matrix: np.ndarray, r: int):
+    """The ``r`` leading eigenpairs of a PSD matrix by NumPy's LAPACK (see the module docstring)."""
+    evals, evecs = np.linalg.eigh(matrix)
+    return np.clip(evals[::-1][:r], 0.0, None), evecs[:, ::-1][:, :r]
+
+
 def svd_covariance(X: np.ndarray, mean: np.ndarray, n_components: int | None = None) -> SVD:
     """Leading triplets from the eigendecomposition of the d x d scatter matrix.
 
@@ -295,8 +307,7 @@ def svd_covariance(X: np.ndarray, mean: np.ndarray, n_components: int | None = N
     r = min(n, d) if n_components is None else n_components
     scatter = centred_scatter(X, mean)
     total_ss = float(np.trace(scatter))
-    evals, evecs = eigh_top(scatter, r)
-    evals, evecs = evals[:r], evecs[:, :r]
+    evals, evecs = _eigh_descending(scatter, r)
     components, _ = flip_signs(evecs.T)
     return SVD(np.sqrt(evals), components, None, total_ss)
 
@@ -319,8 +330,7 @@ def svd_gram(X: np.ndarray, mean: np.ndarray, n_components: int | None = None) -
     xc = X - mean
     gram = xc @ xc.T
     total_ss = float(np.trace(gram))
-    evals, evecs = eigh_top(gram, r)
-    evals, evecs = evals[:r], evecs[:, :r]
+    evals, evecs = _eigh_descending(gram, r)
     s = np.sqrt(evals)
     # Singular values below this are numerically zero: their V column would
     # be noise divided by noise.
@@ -404,12 +414,12 @@ def svd_randomized(
     if n >= d:
         q = _krylov_basis(times, times_t, d, width, n_power_iter, rng)  # (n, L), in col(Xc)
         small = times_t(q).T  # (L, d) = Q^T Xc
-        ub, s, vt = scipy.linalg.svd(small, full_matrices=False, check_finite=False)
+        ub, s, vt = np.linalg.svd(small, full_matrices=False)
         u = q @ ub
     else:
         q = _krylov_basis(times_t, times, n, width, n_power_iter, rng)  # (d, L), in row(Xc)
         small = times(q)  # (n, L) = Xc Q
-        u, s, wt = scipy.linalg.svd(small, full_matrices=False, check_finite=False)
+        u, s, wt = np.linalg.svd(small, full_matrices=False)
         vt = wt @ q.T
     u, s, vt = u[:, :k], s[:k], vt[:k]
     vt, scores = flip_signs(vt, u * s)
@@ -656,7 +666,8 @@ def exact_means(X: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, float, flo
     all its centred values would hold (a spurious variance, blown up to 1
     by standardizing). Taking the value itself makes the centred column
     exactly 0, so only the varying columns leave rounding in the centred
-    data. One pass over X (the minimum and maximum of each column).
+    data. Cost: one pass over X for its largest and smallest entry, and one
+    over the few columns whose first, middle and last entries agree.
 
     Examples
     --------
@@ -665,8 +676,19 @@ def exact_means(X: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, float, flo
     >>> float(X.mean(axis=0)[0]) == 0.1, float(mean[0]) == 0.1, top, varying
     (False, True, 2999.0, 2999.0)
     """
-    lo, hi = X.min(axis=0, initial=np.inf), X.max(axis=0, initial=-np.inf)
-    varying = lo != hi
-    top = max(float(np.max(hi, initial=0.0)), -float(np.min(lo, initial=0.0)))
-    varying_top = max(float(np.max(hi[varying], initial=0.0)), -float(np.min(lo[varying], initial=0.0)))
-    return np.where(varying, mean, hi), top, varying_top
+    if X.size == 0:
+        return mean, 0.0, 0.0
+    top = max(float(X.max()), -float(X.min()))
+    first = X[0]
+    candidates = np.flatnonzero((X[-1] == first) & (X[X.shape[0] // 2] == first))
+    if candidates.size == 0:
+        return mean, top, top
+    constant = candidates[np.all(X[:, candidates] == first[candidates], axis=0)]
+    if constant.size == 0:
+        return mean, top, top
+    mean = mean.copy()
+    mean[constant] = first[constant]
+    varying = np.ones(X.shape[1], dtype=bool)
+    varying[constant] = False
+    varying_top = float(np.abs(X[:, varying]).max(initial=0.0)) if varying.any() else 0.0
+    return mean, top, varying_top

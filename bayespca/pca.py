@@ -22,6 +22,9 @@ __all__ = ["PCA"]
 # dividing by a power of two would change no result (it is exact). Outside that
 # band they are centred and brought to power-of-two working units first.
 _SAFE_LOG2 = 256
+_SCALES_APART = (
+    "(with standardize=True, columns on scales too far apart have a covariance that float64 cannot hold)"
+)
 
 
 def _working_units(
@@ -402,11 +405,15 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
     def get_covariance(self):
         """Model covariance ``V^T diag(lambda) V + sigma^2 (I - V^T V)`` in the original units, (d, d)."""
-        return np.asarray(gaussian.covariance(self._gaussian(singular_ok=True))) * self._unit**2
+        with np.errstate(over="ignore", invalid="ignore"):
+            cov = np.asarray(gaussian.covariance(self._gaussian(singular_ok=True))) * self._unit**2
+        return _finite(cov, "get_covariance", _SCALES_APART)
 
     def get_precision(self):
         """Inverse of :meth:`get_covariance` by the Woodbury identity (no d x d inverse), shape (d, d)."""
-        return np.asarray(gaussian.precision(self._gaussian())) / self._unit**2
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            precision = np.asarray(gaussian.precision(self._gaussian())) / self._unit**2
+        return _finite(precision, "get_precision", _SCALES_APART)
 
     def score_samples(self, X):
         """Log-likelihood of each sample under the pPCA Gaussian, shape (n_samples,)."""
@@ -432,11 +439,9 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
 
 
-def _finite(values: np.ndarray, method: str) -> np.ndarray:
-    """``values``, or a ValueError when new data pushed them past float64's range."""
+def _finite(values: np.ndarray, method: str, cause: str = "on this X (its values are far outside "
+            "the range of the training data)") -> np.ndarray:
+    """``values``, or a ValueError when they went past float64's range."""
     if not np.all(np.isfinite(values)):
-        raise ValueError(
-            f"PCA.{method} overflowed float64 on this X (its values are far outside the range of the "
-            "training data); rescale X."
-        )
+        raise ValueError(f"PCA.{method} overflowed float64 {cause}; rescale X.")
     return values

@@ -23,7 +23,16 @@ negative eigenvalues. Among the eigenvalues computed (the ``n_components``
 largest), one below ``-1e-5 lambda_max`` and ``-1e-10`` is an error (there is
 no real projection on it); smaller negative ones are rounding and set to 0,
 and so are positive ones below ``1e-12 lambda_max`` (scikit-learn's float64
-thresholds). Zero-eigenvalue components project every point to 0.
+thresholds) or below ``n (8 + 4 log2 n) eps max|K|``, the rounding that
+centring leaves in ``K_c``. Zero-eigenvalue components project every point
+to 0; their eigenvectors are a fixed orthonormal completion (orthogonal to
+the constant vector and to the other eigenvectors), so they are the same on
+every solver and every call. A centred matrix that is zero to rounding
+(constant data in feature space: duplicate rows, or a ``gamma`` that makes
+every kernel value equal) has every eigenvalue 0 and is not handed to an
+eigensolver; ARPACK's failures on exhausted Krylov spaces fall back to
+LAPACK. Fewer non-zero eigenvalues than ``n_components``, or none left,
+warn.
 
 ``approximation="nystroem"`` or ``"rff"`` replaces ``phi`` by an explicit
 ``r``-dimensional map (:mod:`bayespca.kernels`) and does ordinary PCA of the
@@ -243,10 +252,11 @@ or callable, default="rbf"
     remove_zero_eig : bool, default=False
         Drop components with a zero eigenvalue (always done when
         ``n_components`` is None).
-    random_state : int, numpy Generator or None, default=None
+    random_state : None, int >= 0, numpy Generator or RandomState, default=None
         Seeds the landmarks, random features, randomized sketch and ARPACK
         start vector (ARPACK uses seed 0 when None; its result does not
-        depend on it beyond rounding).
+        depend on it beyond rounding). Checked whatever the solver
+        (:mod:`bayespca.params`).
 
     Attributes
     ----------

@@ -479,8 +479,9 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
     tol : float, default=1e-6
         Stop when ``||B_new - B||_F <= tol ||B||_F``. Each B-step is solved
         exactly (to rounding).
-    random_state : int, numpy Generator or None, default=None
-        Seed of ``init="random"``.
+    random_state : None, int >= 0, numpy Generator or RandomState, default=None
+        Seed of ``init="random"`` (checked whatever ``init`` is;
+        :mod:`bayespca.params`).
 
     Attributes
     ----------
@@ -522,6 +523,15 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
     (scikit-learn's ``SparsePCA.transform`` is the same regression with a
     ridge, ``ridge_alpha=0.01`` by default, so it is not exact on the span.)
     ``explained_variance_`` uses ZHT's scores ``Xc V^T`` instead.
+
+    The data are fitted in power-of-two units (:func:`bayespca.statistics.prepare`),
+    with ``alpha`` divided alike, so ``SparsePCA(alpha=a c^2).fit(c X)`` is
+    ``SparsePCA(alpha=a).fit(X)`` with variances and the criterion times ``c^2``
+    (with ``standardize=True`` the data have no units and ``alpha=a`` fits both).
+    When a feature-sign search comes back to a sign pattern it has left (only
+    rounding can do that: a penalty far below the rounding of ``S b``), its
+    point is the minimiser to rounding; should one ever run out of rounds, a
+    ``ConvergenceWarning`` says so.
 
     The criterion is not convex: the solution is a stationary point reached
     from ``init``, each iteration lowering the criterion. ZHT's principal-axes

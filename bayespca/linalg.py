@@ -85,6 +85,8 @@ _BLOCK_ROWS = 4096
 # 2-core reference machine; only their ratios matter).
 _EIGH_COST = 6.0  # full symmetric eigendecomposition, per size^3
 _RANDOMIZED_MIN_SIZE = 500
+# Above this size, a few leading eigenpairs are computed alone (see _eigh_descending).
+_SUBSET_MIN_SIZE = 1000
 
 
 class SVD(NamedTuple):
@@ -280,7 +282,15 @@ def eigh_top(matrix: np.ndarray, n_components: int | None, *, clip: bool = True)
 
 
 def _eigh_descending(matrix: np.ndarray, r: int):
-    """The ``r`` leading eigenpairs of a PSD matrix by NumPy's LAPACK (see the module docstring)."""
+    """The ``r`` leading eigenpairs of a PSD matrix, descending.
+
+    By NumPy's LAPACK (see the module docstring), except for a few pairs of
+    a large matrix: there computing only those (SciPy's ``evr``,
+    :func:`eigh_top`) saves more than a second thread pool costs.
+    """
+    size = matrix.shape[0]
+    if size > _SUBSET_MIN_SIZE and r < size // 4:
+        return eigh_top(matrix, r)
     evals, evecs = np.linalg.eigh(matrix)
     return np.clip(evals[::-1][:r], 0.0, None), evecs[:, ::-1][:, :r]
 

@@ -412,14 +412,17 @@ def svd_randomized(
         n_power_iter = 3 if k < 0.1 * min(n, d) else 2
     rng = as_generator(random_state)
     width = min(k + n_oversamples, min(n, d))
-    ones = np.ones((n, 1))
-    mean_row = mean[None, :]
-
+    # The rank-one corrections are broadcast, not BLAS calls: every BLAS call may hand work to
+    # its thread pool, and on a busy machine each hand-over costs more than these products.
     def times(b):  # Xc @ b, b of shape (d, l)
-        return X @ b - ones @ (mean_row @ b)
+        out = X @ b
+        out -= np.einsum("i,ij->j", mean, b)
+        return out
 
     def times_t(a):  # Xc^T @ a, a of shape (n, l)
-        return X.T @ a - mean_row.T @ (ones.T @ a)
+        out = X.T @ a
+        out -= np.multiply.outer(mean, a.sum(axis=0))
+        return out
 
     if n >= d:
         q = _krylov_basis(times, times_t, d, width, n_power_iter, rng)  # (n, L), in col(Xc)

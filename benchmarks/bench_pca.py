@@ -6,7 +6,7 @@ Usage::
                                    [--shapes 10000x37,100000x100] [--solvers]
 
 Cold: for each shape, ``--repeats`` fresh processes fit ``bayespca.PCA(k)``
-once and as many fit ``sklearn.decomposition.PCA(k)`` once (imports and data
+once and as many fit ``sklearn.decomposition.PCA(k)`` once, alternating (imports and data
 generation are not timed; the first fit in a process is: it pays for
 starting BLAS thread pools and any first-call set-up, as a notebook user
 does). Warm: in one process, the two fits interleaved ``--repeats`` times
@@ -74,17 +74,20 @@ def child(args):
     print(json.dumps({"seconds": seconds, "solver": solver}))
 
 
-def cold(n, d, k, library, repeats, threads):
+def cold(n, d, k, repeats, threads):
+    """Median first-fit time of each library over ``repeats`` fresh processes, interleaved."""
     env = dict(os.environ)
     if threads is not None:
         for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = str(threads)
-    out = []
+    out = {"bayespca": [], "sklearn": []}
     for _ in range(repeats):
-        cmd = [sys.executable, __file__, "--child", library, "--n", str(n), "--d", str(d), "--k", str(k)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
-        out.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    return float(np.median([o["seconds"] for o in out])), out[0]["solver"]
+        for library in out:  # alternating, so load drifts hit both
+            cmd = [sys.executable, __file__, "--child", library, "--n", str(n), "--d", str(d), "--k", str(k)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+            out[library].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    ours, theirs = ([o["seconds"] for o in out[lib]] for lib in ("bayespca", "sklearn"))
+    return float(np.median(ours)), float(np.median(theirs)), out["bayespca"][0]["solver"]
 
 
 def warm(n, d, k, repeats):
@@ -152,8 +155,7 @@ def main():
         solver = ""
         cold_part = warm_part = " " * 27
         if not args.warm_only:
-            ours, solver = cold(n, d, k, "bayespca", args.repeats, args.threads)
-            theirs, _ = cold(n, d, k, "sklearn", args.repeats, args.threads)
+            ours, theirs, solver = cold(n, d, k, args.repeats, args.threads)
             cold_part = f"{ours:9.4f} {theirs:8.4f} {ours / theirs:6.2f}"
         if not args.cold_only:
             ours, theirs, solver = warm(n, d, k, args.repeats)

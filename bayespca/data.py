@@ -14,6 +14,7 @@ estimators reject NaN with a ``ValueError``.
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ __all__ = [
     "as_float_matrix",
     "check_is_fitted",
     "validate_fit",
+    "validate_scores",
     "validate_transform",
 ]
 
@@ -76,8 +78,14 @@ def _feature_names(X: Any, name: str) -> np.ndarray | None:
 
 
 def _from_dataframe(X: Any, name: str) -> np.ndarray:
-    from pandas.api.types import is_numeric_dtype  # only reached with a DataFrame
+    from pandas.api.types import is_complex_dtype, is_numeric_dtype  # only reached with a DataFrame
 
+    complex_columns = [str(c) for c, t in zip(X.columns, X.dtypes, strict=True) if is_complex_dtype(t)]
+    if complex_columns:
+        raise ValueError(
+            f"Complex data not supported: {name} has complex columns {complex_columns[:5]}; "
+            f"accepted: {_ACCEPTED}."
+        )
     bad = [str(col) for col, dtype in zip(X.columns, X.dtypes, strict=True) if not is_numeric_dtype(dtype)]
     if bad:
         raise TypeError(
@@ -86,6 +94,22 @@ def _from_dataframe(X: Any, name: str) -> np.ndarray:
         )
     # Nullable pandas dtypes hold pd.NA, which becomes NaN here (a missing value).
     return X.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _from_objects(arr: np.ndarray, name: str) -> np.ndarray:
+    """An object array of real numbers as float64; strings, None and complex numbers refused."""
+    for value in arr.flat:
+        if isinstance(value, str | bytes) or value is None:
+            raise TypeError(
+                f"{name} contains non-numeric values (e.g. {value!r}); accepted: {_ACCEPTED}. Convert "
+                "strings first; use NaN for missing values."
+            )
+        if isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real):
+            raise ValueError(f"Complex data not supported: {name} contains {value!r}; accepted: {_ACCEPTED}.")
+    try:
+        return arr.astype(np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} contains non-numeric values ({exc}); accepted: {_ACCEPTED}.") from None
 
 
 def as_float_matrix(X: Any, *, name: str = "X", allow_nan: bool = False) -> np.ndarray:
@@ -108,7 +132,8 @@ def as_float_matrix(X: Any, *, name: str = "X", allow_nan: bool = False) -> np.n
     Raises
     ------
     TypeError
-        Sparse, complex-free non-numeric (strings, objects, datetimes) input.
+        Sparse or non-numeric input (strings, even numeric-looking ones,
+        None, datetimes, other objects).
     ValueError
         Complex numbers, not 2-D, empty, infinite values, or NaN when
         ``allow_nan`` is False.
@@ -121,7 +146,7 @@ def as_float_matrix(X: Any, *, name: str = "X", allow_nan: bool = False) -> np.n
     return _convert(X, name, allow_nan)[0]
 
 
-def _convert(X: Any, name: str, allow_nan: bool) -> tuple[np.ndarray, np.ndarray]:
+def _convert(X: Any, name: str, allow_nan: bool, min_columns: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """:func:`as_float_matrix`, also returning the column sums."""
     if hasattr(X, "toarray") or type(X).__module__.startswith("scipy.sparse"):
         raise TypeError(
@@ -139,16 +164,15 @@ def _convert(X: Any, name: str, allow_nan: bool) -> tuple[np.ndarray, np.ndarray
             raise ValueError(
                 f"Complex data not supported: {name} has dtype {arr.dtype}; accepted: {_ACCEPTED}."
             )
-        if arr.dtype.kind not in "biuf":
-            if arr.dtype.kind in "OUS":
-                try:
-                    arr = arr.astype(np.float64)
-                except (TypeError, ValueError) as exc:
-                    raise TypeError(
-                        f"{name} contains non-numeric values ({exc}); accepted: {_ACCEPTED}."
-                    ) from None
-            else:
-                raise TypeError(f"{name} has dtype {arr.dtype}, which is not numeric; accepted: {_ACCEPTED}.")
+        if arr.dtype.kind == "O":
+            arr = _from_objects(arr, name)
+        elif arr.dtype.kind in "US":
+            raise TypeError(
+                f"{name} contains non-numeric values: strings (dtype {arr.dtype}), even if they look "
+                f"like numbers; accepted: {_ACCEPTED}. Convert them first, e.g. {name}.astype(float)."
+            )
+        elif arr.dtype.kind not in "biuf":
+            raise TypeError(f"{name} has dtype {arr.dtype}, which is not numeric; accepted: {_ACCEPTED}.")
     if arr.ndim != 2:
         hint = (
             f" Reshape your data with {name}.reshape(-1, 1) for one feature or "
@@ -163,7 +187,7 @@ def _convert(X: Any, name: str, allow_nan: bool) -> tuple[np.ndarray, np.ndarray
     arr = np.ascontiguousarray(arr, dtype=np.float64)
     # A data matrix has samples and features; other matrices (loadings, scores) rows and columns.
     for axis, what in enumerate(("sample", "feature") if name == "X" else ("row", "column")):
-        if arr.shape[axis] == 0:
+        if arr.shape[axis] < (1 if axis == 0 else min_columns):
             raise ValueError(
                 f"{name} has 0 {what}(s) (shape={arr.shape}) while a minimum of 1 is required."
             )
@@ -330,3 +354,29 @@ def validate_transform(estimator: Any, X: Any, *, allow_nan: bool = False) -> Va
             f"{estimator.n_features_in_} features as input."
         )
     return ValidatedData(arr, _missing_mask(arr, allow_nan, sums), sums)
+
+
+def validate_scores(estimator: Any, Z: Any) -> np.ndarray:
+    """Validate scores given to ``inverse_transform``: ``n_components_`` finite columns.
+
+    An estimator fitted with no components takes (and gives) scores with no
+    columns; ``inverse_transform`` then returns the mean.
+
+    Examples
+    --------
+    >>> from bayespca import PCA
+    >>> pca = PCA(1).fit([[1.0, 2.0], [2.0, 4.1], [3.0, 5.9]])
+    >>> validate_scores(pca, [[1.0, 2.0]])
+    Traceback (most recent call last):
+    ...
+    ValueError: X has 2 columns, but PCA.inverse_transform expects n_components_ = 1 score columns.
+    """
+    check_is_fitted(estimator)
+    k = estimator.n_components_
+    arr, _ = _convert(Z, "X", allow_nan=False, min_columns=min(k, 1))
+    if arr.shape[1] != k:
+        raise ValueError(
+            f"X has {arr.shape[1]} columns, but {type(estimator).__name__}.inverse_transform expects "
+            f"n_components_ = {k} score columns."
+        )
+    return arr

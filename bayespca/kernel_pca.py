@@ -23,7 +23,16 @@ negative eigenvalues. Among the eigenvalues computed (the ``n_components``
 largest), one below ``-1e-5 lambda_max`` and ``-1e-10`` is an error (there is
 no real projection on it); smaller negative ones are rounding and set to 0,
 and so are positive ones below ``1e-12 lambda_max`` (scikit-learn's float64
-thresholds). Zero-eigenvalue components project every point to 0.
+thresholds) or below ``n (8 + 4 log2 n) eps max|K|``, the rounding that
+centring leaves in ``K_c``. Zero-eigenvalue components project every point
+to 0; their eigenvectors are a fixed orthonormal completion (orthogonal to
+the constant vector and to the other eigenvectors), so they are the same on
+every solver and every call. A centred matrix that is zero to rounding
+(constant data in feature space: duplicate rows, or a ``gamma`` that makes
+every kernel value equal) has every eigenvalue 0 and is not handed to an
+eigensolver; ARPACK's failures on exhausted Krylov spaces fall back to
+LAPACK. Fewer non-zero eigenvalues than ``n_components``, or none left,
+warn.
 
 ``approximation="nystroem"`` or ``"rff"`` replaces ``phi`` by an explicit
 ``r``-dimensional map (:mod:`bayespca.kernels`) and does ordinary PCA of the
@@ -40,7 +49,6 @@ G. H. Bakir, J. Weston, B. Schoelkopf (2004). Learning to find pre-images. NIPS 
 
 from __future__ import annotations
 
-import numbers
 import warnings
 
 import numpy as np
@@ -49,9 +57,10 @@ import scipy.sparse.linalg
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.exceptions import NotFittedError
 
-from bayespca.data import as_float_matrix, check_is_fitted, validate_fit, validate_transform
+from bayespca.data import check_is_fitted, validate_fit, validate_scores, validate_transform
 from bayespca.kernels import FourierMap, Kernel, NystroemMap
-from bayespca.linalg import flip_signs, svd_covariance, svd_gram
+from bayespca.linalg import complete_basis, decompose, eigh_top, flip_signs
+from bayespca.params import as_generator, check_bool, check_choice, check_number, check_seed
 
 __all__ = ["KernelPCA"]
 
@@ -82,33 +91,34 @@ def _choose_solver(n: int, k: int) -> str:
 
 
 def _eigh_dense(K, k):
-    """Largest ``k`` eigenpairs by LAPACK (all of them by divide and conquer when k = n)."""
-    n = K.shape[0]
-    if k >= n:
-        return scipy.linalg.eigh(K, check_finite=False, overwrite_a=True, driver="evd")
-    return scipy.linalg.eigh(
-        K, subset_by_index=(n - k, n - 1), check_finite=False, overwrite_a=True, driver="evr"
-    )
+    """Largest ``k`` algebraic eigenpairs by LAPACK (descending; negative ones kept)."""
+    return eigh_top(K, k, clip=False)
 
 
 def _arpack_v0(n, random_state):
     # The start vector does not change the converged answer; seeding it (0
     # when random_state is None) makes repeated fits agree bit for bit.
-    rng = np.random.default_rng(0 if random_state is None else random_state)
+    rng = as_generator(0 if random_state is None else random_state)
     return rng.uniform(-1.0, 1.0, n)
 
 
 def _eigh_arpack(K, k, random_state):
-    """Largest ``k`` algebraic eigenpairs by implicitly restarted Lanczos (ARPACK)."""
+    """Largest ``k`` algebraic eigenpairs by implicitly restarted Lanczos (ARPACK).
+
+    ARPACK stops with an error when its Krylov space is exhausted (the
+    centred matrix has rank below what it needs, as with duplicate rows);
+    LAPACK's dense solver then gives the answer.
+    """
     n = K.shape[0]
     if k >= n - 1:  # ARPACK needs k < n - 1
         return _eigh_dense(K, k)
     # A Krylov space of 2k + 20 vectors takes ~30% fewer products than ARPACK's
     # default max(2k + 1, 20) for k ~ 10 (fewer restarts).
     ncv = min(n, 2 * k + 20)
-    return scipy.sparse.linalg.eigsh(
-        K, k, which="LA", v0=_arpack_v0(n, random_state), ncv=ncv, tol=0.0
-    )
+    try:
+        return scipy.sparse.linalg.eigsh(K, k, which="LA", v0=_arpack_v0(n, random_state), ncv=ncv, tol=0.0)
+    except scipy.sparse.linalg.ArpackError:
+        return _eigh_dense(K, k)
 
 
 def _eigh_randomized(K, k, random_state, kernel, n_oversamples=10):
@@ -125,7 +135,7 @@ def _eigh_randomized(K, k, random_state, kernel, n_oversamples=10):
     n = K.shape[0]
     width = min(n, k + n_oversamples)
     n_iter = 7 if k < 0.1 * n else 4
-    rng = np.random.default_rng(random_state)
+    rng = as_generator(random_state)
     q, _ = np.linalg.qr(K @ rng.standard_normal((n, width)))
     for _ in range(n_iter):
         q, _ = np.linalg.qr(K @ q)
@@ -242,10 +252,11 @@ or callable, default="rbf"
     remove_zero_eig : bool, default=False
         Drop components with a zero eigenvalue (always done when
         ``n_components`` is None).
-    random_state : int, numpy Generator or None, default=None
+    random_state : None, int >= 0, numpy Generator or RandomState, default=None
         Seeds the landmarks, random features, randomized sketch and ARPACK
         start vector (ARPACK uses seed 0 when None; its result does not
-        depend on it beyond rounding).
+        depend on it beyond rounding). Checked whatever the solver
+        (:mod:`bayespca.params`).
 
     Attributes
     ----------
@@ -346,37 +357,14 @@ or callable, default="rbf"
     # ------------------------------------------------------------------ fit
 
     def _check_params(self):
-        if self.n_components is not None and (
-            isinstance(self.n_components, bool)
-            or not isinstance(self.n_components, numbers.Integral)
-            or self.n_components < 1
-        ):
-            raise ValueError(
-                f"n_components={self.n_components!r} is not valid; accepted: an integer >= 1 "
-                "or None (keep every component with a non-zero eigenvalue)."
-            )
-        if not isinstance(self.solver, str) or self.solver not in _SOLVERS:
-            raise ValueError(f"solver={self.solver!r} is not valid; accepted: {list(_SOLVERS)}.")
-        if self.approximation not in _APPROXIMATIONS:
-            raise ValueError(
-                f"approximation={self.approximation!r} is not valid; accepted: "
-                f"{list(_APPROXIMATIONS)}."
-            )
-        if self.n_approx is not None and (
-            isinstance(self.n_approx, bool)
-            or not isinstance(self.n_approx, numbers.Integral)
-            or self.n_approx < 1
-        ):
-            raise ValueError(
-                f"n_approx={self.n_approx!r} is not valid; accepted: an integer >= 1 or None."
-            )
-        if (
-            isinstance(self.alpha, bool)
-            or not isinstance(self.alpha, numbers.Real)
-            or not np.isfinite(self.alpha)
-            or self.alpha < 0
-        ):
-            raise ValueError(f"alpha={self.alpha!r} is not valid; accepted: a real number >= 0.")
+        check_number(self.n_components, "n_components", integer=True, low=1, allow_none=True)
+        check_choice(self.solver, "solver", _SOLVERS)
+        check_choice(self.approximation, "approximation", _APPROXIMATIONS)
+        check_number(self.n_approx, "n_approx", integer=True, low=1, allow_none=True)
+        check_number(self.alpha, "alpha", low=0.0)
+        check_bool(self.fit_inverse_transform, "fit_inverse_transform")
+        check_bool(self.remove_zero_eig, "remove_zero_eig")
+        check_seed(self.random_state)
         precomputed = isinstance(self.kernel, str) and self.kernel == "precomputed"
         if precomputed and self.fit_inverse_transform:
             raise ValueError(
@@ -444,18 +432,33 @@ or callable, default="rbf"
         else:
             K = kernel(X)
             self.X_fit_ = X.copy()
+        top = _check_kernel_range(K, kernel)
         self.kernel_col_means_, self.kernel_mean_ = _centre_gram(K)
         k = n if self.n_components is None else min(n, self.n_components)
         solver = _choose_solver(n, k) if self.solver == "auto" else self.solver
-        if solver == "dense":
+        # Centring leaves rounding errors of about (8 + 4 log2 n) eps max|K| in each entry (the
+        # column means are pairwise sums); a centred matrix no larger than that is zero (constant
+        # data in feature space), and eigenvalues below n times it, the largest norm of such an
+        # error matrix, are zero too.
+        rounding = (8 + 4 * np.log2(n)) * np.finfo(float).eps * top
+        if max(float(K.max()), -float(K.min())) <= rounding:
+            evals, evecs = np.zeros(k), np.zeros((n, k))
+        elif solver == "dense":
             evals, evecs = _eigh_dense(K, k)
         elif solver == "arpack":
             evals, evecs = _eigh_arpack(K, k, self.random_state)
         else:
             evals, evecs = _eigh_randomized(K, k, self.random_state, kernel)
+        if not np.all(np.isfinite(evals)):
+            raise ValueError(
+                f"The eigenvalues of the centred {kernel.label} kernel matrix overflow float64 "
+                f"(largest kernel value {top:.3g}, n_samples = {n}); rescale X or the kernel."
+            )
         order = np.argsort(evals)[::-1]
         evals = _clean_spectrum(evals[order], kernel, k)
-        evecs, _ = flip_signs(evecs[:, order].T)
+        evals[evals <= n * rounding] = 0.0
+        evecs = _complete_null_vectors(evecs[:, order], evals)
+        evecs, _ = flip_signs(evecs.T)
         self.solver_ = solver
         self._set_components(evals, evecs.T)
 
@@ -474,13 +477,14 @@ or callable, default="rbf"
                 m = n
             feature_map = NystroemMap.fit(X, kernel, m, random_state=self.random_state)
         else:
-            feature_map = FourierMap.sample(kernel, X.shape[1], m, random_state=self.random_state)
+            feature_map = FourierMap.sample(kernel, X.shape[1], m, centre=X.mean(axis=0),
+                                            random_state=self.random_state)
         features = feature_map(X)
         r = features.shape[1]
         k = min(n, r) if self.n_components is None else min(n, r, self.n_components)
         mean = features.mean(axis=0)
         # r x r scatter when r <= n, else the n x n Gram matrix: O(min(n, r)^3).
-        svd = (svd_covariance if r <= n else svd_gram)(features, mean, k)
+        svd = decompose(features, mean, k, "covariance" if r <= n else "gram").svd
         evals = _clean_spectrum(svd.singular_values**2, kernel, k)
         axes = svd.components
         scores = features @ axes.T - mean @ axes.T
@@ -499,8 +503,27 @@ or callable, default="rbf"
     def _set_components(self, evals, evecs):
         """Store eigenpairs, dropping zero eigenvalues when asked; return the kept mask."""
         keep = np.ones(evals.shape[0], dtype=bool)
+        zero = int(np.sum(evals == 0))
         if self.remove_zero_eig or self.n_components is None:
             keep = evals > 0
+        if not keep.any():
+            warnings.warn(
+                f"KernelPCA found no component with a non-zero eigenvalue: the centred "
+                f"{self.kernel_.label} kernel matrix is zero to rounding (the data are constant in "
+                "the kernel's feature space: duplicate rows, or a gamma that makes every kernel "
+                "value equal). n_components_ = 0 and transform returns no columns.",
+                UserWarning,
+                stacklevel=5,
+            )
+        elif zero:
+            warnings.warn(
+                f"The centred {self.kernel_.label} kernel matrix has {evals.size - zero} non-zero "
+                f"eigenvalues, fewer than n_components = {self.n_components}: the last {zero} "
+                "components have eigenvalue 0 and project every point to 0 (use "
+                "remove_zero_eig=True to drop them).",
+                UserWarning,
+                stacklevel=5,
+            )
         self.eigenvalues_ = evals[keep]
         self.eigenvectors_ = np.ascontiguousarray(evecs[:, keep])
         return keep
@@ -508,9 +531,7 @@ or callable, default="rbf"
     def _fit_pre_image(self, X, kernel):
         Z = self.eigenvectors_ * np.sqrt(self.eigenvalues_)
         if self.approximation is None:
-            gram = kernel(Z)
-            gram.flat[:: gram.shape[0] + 1] += self.alpha
-            self.dual_coef_ = _solve_psd(gram, X, self.alpha)
+            self.dual_coef_ = _ridge_solve(kernel(Z), X, self.alpha)
             self.X_transformed_fit_ = Z
             return
         if self.approximation == "nystroem":
@@ -526,13 +547,9 @@ or callable, default="rbf"
         # primal (Psi^T Psi + alpha I) W = Psi^T X when r' <= n, else the dual
         # W = Psi^T (Psi Psi^T + alpha I)^{-1} X; the same predictor either way.
         if psi.shape[1] <= psi.shape[0]:
-            gram = psi.T @ psi
-            gram.flat[:: gram.shape[0] + 1] += self.alpha
-            self.inverse_coef_ = _solve_psd(gram, psi.T @ X, self.alpha)
+            self.inverse_coef_ = _ridge_solve(psi.T @ psi, psi.T @ X, self.alpha)
         else:
-            gram = psi @ psi.T
-            gram.flat[:: gram.shape[0] + 1] += self.alpha
-            self.inverse_coef_ = psi.T @ _solve_psd(gram, X, self.alpha)
+            self.inverse_coef_ = psi.T @ _ridge_solve(psi @ psi.T, X, self.alpha)
 
     # ------------------------------------------------------------ transform
 
@@ -550,20 +567,23 @@ or callable, default="rbf"
         ndarray of shape (n_new, n_components_)
         """
         X = validate_transform(self, X).X
-        if hasattr(self, "feature_map_"):
-            axes = self.feature_components_
-            return self.feature_map_(X) @ axes.T - self.feature_mean_ @ axes.T
-        if hasattr(self, "X_fit_"):
-            K = self.kernel_(X, self.X_fit_)
-        else:
-            K = X.copy()  # precomputed: centred in place below
-        _centre_cross(K, self.kernel_col_means_, self.kernel_mean_)
-        positive = self.eigenvalues_ > 0
-        scaled = np.zeros_like(self.eigenvectors_)
-        scaled[:, positive] = self.eigenvectors_[:, positive] / np.sqrt(
-            self.eigenvalues_[positive]
-        )
-        return K @ scaled
+        with np.errstate(over="ignore", invalid="ignore"):
+            if hasattr(self, "feature_map_"):
+                axes = self.feature_components_
+                Z = self.feature_map_(X) @ axes.T - self.feature_mean_ @ axes.T
+            else:
+                K = self.kernel_(X, self.X_fit_) if hasattr(self, "X_fit_") else X.copy()
+                _centre_cross(K, self.kernel_col_means_, self.kernel_mean_)
+                positive = self.eigenvalues_ > 0
+                scaled = np.zeros_like(self.eigenvectors_)
+                scaled[:, positive] = self.eigenvectors_[:, positive] / np.sqrt(self.eigenvalues_[positive])
+                Z = K @ scaled
+        if not np.all(np.isfinite(Z)):
+            raise ValueError(
+                "KernelPCA.transform overflowed float64 on this X (its kernel values are far outside "
+                "those of the training data); rescale X."
+            )
+        return Z
 
     def inverse_transform(self, X):
         """Map projections back to input space with the learned pre-image.
@@ -594,15 +614,40 @@ or callable, default="rbf"
                 "This KernelPCA was fitted with fit_inverse_transform=False, so it has no "
                 "pre-image map; refit with fit_inverse_transform=True to use inverse_transform."
             )
-        Z = as_float_matrix(X, name="X")
-        if Z.shape[1] != self.n_components_:
-            raise ValueError(
-                f"X has {Z.shape[1]} columns, but inverse_transform expects the "
-                f"n_components_={self.n_components_} projections."
-            )
+        Z = validate_scores(self, X)
         if hasattr(self, "inverse_coef_"):
             return self.inverse_map_(Z) @ self.inverse_coef_
         return self.kernel_(Z, self.X_transformed_fit_) @ self.dual_coef_
+
+
+def _check_kernel_range(K, kernel) -> float:
+    """The largest ``|K|``; a ValueError when every kernel value is below float64's normal range."""
+    top = max(float(K.max()), -float(K.min()))
+    if 0.0 < top < np.finfo(float).tiny:
+        raise ValueError(
+            f"Every value of the {kernel.label} kernel matrix is below {np.finfo(float).tiny:.3g} in "
+            f"magnitude (largest {top:.3g}): they are subnormal in float64 and have lost their digits. "
+            "Rescale X (or raise gamma or coef0)."
+        )
+    return top
+
+
+def _complete_null_vectors(evecs, evals):
+    """Eigenvectors of zero eigenvalues replaced by a fixed orthonormal completion.
+
+    They are orthogonal to the constant vector (the centred matrix has it in
+    its null space) and to the other eigenvectors; their own directions are
+    arbitrary, and on a matrix that is zero to rounding an iterative solver
+    returns different ones from call to call.
+    """
+    zero = evals == 0
+    if not zero.any():
+        return evecs
+    n = evecs.shape[0]
+    kept = np.vstack([np.full((1, n), 1.0 / np.sqrt(n)), evecs[:, ~zero].T])
+    evecs = evecs.copy()
+    evecs[:, zero] = complete_basis(kept, int(zero.sum())).T
+    return evecs
 
 
 def _check_precomputed_fit(K):
@@ -623,16 +668,22 @@ def _check_precomputed_fit(K):
     return (K + K.T) / 2.0  # a copy: K is centred in place later
 
 
-def _solve_psd(gram, rhs, alpha):
-    """Solve ``gram @ W = rhs`` for a symmetric matrix, by Cholesky when it is PD."""
-    try:
-        return scipy.linalg.solve(gram, rhs, assume_a="pos", check_finite=False)
-    except np.linalg.LinAlgError:
-        pass
-    try:  # kernels that are not PSD (sigmoid) can still give a solvable system
-        return scipy.linalg.solve(gram, rhs, assume_a="sym", check_finite=False)
-    except np.linalg.LinAlgError:
+def _ridge_solve(gram, rhs, alpha):
+    """``(gram + alpha I)^{-1} rhs`` for a symmetric ``gram``, on its eigendecomposition.
+
+    ``U diag(1 / (e + alpha)) U^T rhs`` is backward stable however small
+    ``alpha`` is against ``gram`` (a Cholesky solve of the shifted matrix is
+    not), and it works for kernels that are not PSD (sigmoid) as long as no
+    ``e + alpha`` vanishes.
+    """
+    e, U = scipy.linalg.eigh(gram, check_finite=False, driver="evd")
+    rounding = gram.shape[0] * np.finfo(float).eps * np.abs(e).max(initial=0.0)
+    e[np.abs(e) <= rounding] = 0.0  # eigenvalues at the rounding level of the kernel are 0
+    shifted = e + alpha
+    if np.any(np.abs(shifted) <= max(rounding, np.finfo(float).tiny)):
         raise ValueError(
-            f"The pre-image regression is singular with alpha={alpha}; use alpha > 0 "
+            f"The pre-image regression is singular with alpha={alpha} (the kernel matrix of the "
+            f"projections has eigenvalue {-alpha:.3g} or is singular); use another alpha > 0 "
             "(e.g. the default 1.0)."
-        ) from None
+        )
+    return U @ ((U.T @ rhs) / shifted[:, None])

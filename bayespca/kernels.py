@@ -28,7 +28,7 @@ NIPS 20.
 from __future__ import annotations
 
 import functools
-import numbers
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 import scipy.spatial.distance
+
+from bayespca.params import as_generator, check_number
 
 __all__ = ["KERNELS", "FourierMap", "Kernel", "NystroemMap"]
 
@@ -126,9 +128,9 @@ class Kernel:
                 f"kernel must be a string or a callable; got {type(self.name).__name__} "
                 f"({self.name!r}). Accepted: {sorted(KERNELS)} or a callable f(x, y) -> float."
             )
-        _check_real("gamma", self.gamma, low=0.0, allow_none=True)
-        _check_real("degree", self.degree, low=0.0)
-        _check_real("coef0", self.coef0)
+        check_number(self.gamma, "gamma", low=0.0, allow_none=True)
+        check_number(self.degree, "degree", low=0.0)
+        check_number(self.coef0, "coef0")
         if self.params is not None and not isinstance(self.params, Mapping):
             raise TypeError(
                 f"kernel_params must be a dict of keyword arguments for a callable kernel or "
@@ -174,13 +176,22 @@ class Kernel:
         if self.name == "rbf":
             return _rbf(X, Y, gamma, symmetric)
         if self.name == "laplacian":
+            if gamma == 0.0:  # exp(-0 |x - y|_1) = 1, also where the distance overflows
+                return np.ones((X.shape[0], Y.shape[0]))
+            # Differences taken pair by pair: exact for nearby points wherever they sit.
             K = scipy.spatial.distance.cdist(X, Y, "cityblock")
             K *= -gamma
             return np.exp(K, out=K)
         if self.name == "cosine":
             X, Y = _unit_rows(X), (None if symmetric else _unit_rows(Y))
             return X @ (X if Y is None else Y).T
-        K = X @ Y.T
+        with np.errstate(over="ignore", invalid="ignore"):
+            K = X @ Y.T
+        if not np.all(np.isfinite(K)):
+            raise ValueError(
+                f"The {self.name} kernel needs the inner products x.y of the rows, which overflow "
+                f"float64 here (largest |x| {np.abs(X).max():.3g}); rescale X (e.g. standardize it)."
+            )
         if self.name == "poly":
             K *= gamma
             K += self.coef0
@@ -190,8 +201,9 @@ class Kernel:
                     f"gamma * x.y + coef0 >= 0 for every pair; got {K.min():.3g}. Use an "
                     "integer degree or a larger coef0."
                 )
-            np.power(K, self.degree, out=K)
-            if not np.isfinite(K.sum()):
+            with np.errstate(over="ignore"):
+                np.power(K, self.degree, out=K)
+            if not np.all(np.isfinite(K)):
                 raise ValueError(
                     f"The poly kernel overflows float64 (degree={self.degree}, gamma={gamma}, "
                     f"coef0={self.coef0}); lower the degree or gamma, or scale X."
@@ -204,41 +216,55 @@ class Kernel:
         return K  # linear
 
 
-def _check_real(name, value, *, low=None, allow_none=False):
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value):
-        accepted = "a finite real number" + (" or None" if allow_none else "")
-        raise ValueError(f"{name}={value!r} is not valid; accepted: {accepted}"
-                         f"{f' >= {low}' if low is not None else ''}.")
-    if low is not None and value < low:
-        raise ValueError(f"{name}={value!r} is not valid; accepted: a real number >= {low}.")
-
-
 def _rbf(X, Y, gamma, symmetric):
-    """``exp(-gamma ||x - y||^2)`` through one matrix product.
+    """``exp(-gamma ||x - y||^2)`` through one matrix product, wherever the data sit.
 
-    ``-gamma ||x - y||^2 = 2 gamma x.y - gamma ||x||^2 - gamma ||y||^2``: the
-    cross term is one BLAS call (a symmetric rank-k update when ``Y is X``),
-    the rest are in-place passes. Rounding can make the exponent slightly
-    positive for near-duplicate points; it is clipped at 0 (and the diagonal
-    of a symmetric Gram matrix is exactly 1).
+    The rows are first moved to a common centre ``c`` (the midpoint of their
+    range) and divided by a power of two ``u`` that brings them into
+    ``[-1, 1]``: distances do not depend on a translation, so this changes
+    nothing but rounding, and it keeps ``|x - c|^2`` of the order of the
+    spread rather than of the offset (at an offset of 1e9 the plain
+    expansion loses every digit). Then
+    ``-gamma ||x - y||^2 = -gamma u^2 (||x'||^2 + ||y'||^2 - 2 x'.y')``: the
+    cross term is one BLAS call, the rest in-place passes. Rounding can make
+    the bracket slightly negative for near-duplicate points; it is clipped at
+    0 (and the diagonal of a symmetric Gram matrix is exactly 1). When
+    ``gamma u^2`` itself overflows, every pair of distinct points is
+    infinitely far on the kernel's scale: the kernel is 1 on exact
+    duplicates and 0 elsewhere.
     """
-    K = X @ Y.T
-    K *= 2.0 * gamma
-    x_sq = gamma * np.einsum("ij,ij->i", X, X)
-    y_sq = x_sq if symmetric else gamma * np.einsum("ij,ij->i", Y, Y)
+    both = X if symmetric else np.vstack([X, Y])
+    lo, hi = both.min(axis=0), both.max(axis=0)
+    centre = lo / 2 + hi / 2  # no overflow, unlike (lo + hi) / 2
+    half = float(np.max(hi / 2 - lo / 2, initial=0.0))
+    unit = math.ldexp(1.0, min(math.frexp(half)[1], 1023)) if half > 0 else 1.0
+    Xu = (X - centre) / unit
+    Yu = Xu if symmetric else (Y - centre) / unit
+    factor = gamma * unit * unit
+    if not math.isfinite(factor):
+        d2 = scipy.spatial.distance.cdist(Xu, Yu, "sqeuclidean")
+        return (d2 == 0.0).astype(float)
+    K = Xu @ Yu.T
+    K *= 2.0
+    x_sq = np.einsum("ij,ij->i", Xu, Xu)
+    y_sq = x_sq if symmetric else np.einsum("ij,ij->i", Yu, Yu)
     K -= x_sq[:, None]
     K -= y_sq[None, :]
     np.minimum(K, 0.0, out=K)
     if symmetric:
         np.fill_diagonal(K, 0.0)
+    with np.errstate(over="ignore"):
+        K *= factor
     return np.exp(K, out=K)
 
 
 def _unit_rows(X):
+    """Rows divided by their norms; each row is first divided by its largest entry (no overflow)."""
+    top = np.abs(X).max(axis=1, initial=0.0)
+    top[top == 0.0] = 1.0  # a zero row stays zero: its cosine with anything is 0
+    X = X / top[:, None]
     norms = np.sqrt(np.einsum("ij,ij->i", X, X))
-    norms[norms == 0.0] = 1.0  # a zero row stays zero: its cosine with anything is 0
+    norms[norms == 0.0] = 1.0
     return X / norms[:, None]
 
 
@@ -338,7 +364,7 @@ class NystroemMap:
         kernel: Kernel,
         n_landmarks: int,
         *,
-        random_state: int | np.random.Generator | None = None,
+        random_state=None,
     ) -> NystroemMap:
         """Draw ``n_landmarks`` rows of ``X`` uniformly without replacement.
 
@@ -357,7 +383,7 @@ class NystroemMap:
             raise ValueError(
                 f"n_landmarks={n_landmarks} must be between 1 and n_samples={n}."
             )
-        rng = np.random.default_rng(random_state)
+        rng = as_generator(random_state)
         return cls.from_landmarks(X, kernel, rng.permutation(n)[:n_landmarks])
 
     @classmethod
@@ -402,10 +428,16 @@ class FourierMap:
     ``E[phi(x)^T phi(y)] = exp(-gamma ||x - y||^2)``; the error of the
     estimate is ``O(1/sqrt(D))``. Build one with :meth:`sample`.
 
+    The inputs are first moved by ``centre`` (``phi(x - c)``): the kernel is
+    translation-invariant, so the estimate keeps its distribution, and the
+    phases ``(x - c) W`` keep their digits for data far from the origin.
+
     Attributes
     ----------
     frequencies : ndarray of shape (d, D)
     offsets : ndarray of shape (D,)
+    centre : ndarray of shape (d,) or None
+        Subtracted from every input (None: nothing).
 
     Examples
     --------
@@ -417,6 +449,7 @@ class FourierMap:
 
     frequencies: np.ndarray
     offsets: np.ndarray
+    centre: np.ndarray | None = None
 
     @classmethod
     def sample(
@@ -425,9 +458,14 @@ class FourierMap:
         n_features_in: int,
         n_features_out: int,
         *,
-        random_state: int | np.random.Generator | None = None,
+        centre: np.ndarray | None = None,
+        random_state=None,
     ) -> FourierMap:
-        """Draw ``n_features_out`` random features for inputs of ``n_features_in`` columns."""
+        """Draw ``n_features_out`` random features for inputs of ``n_features_in`` columns.
+
+        ``centre`` (e.g. the mean of the training data) is subtracted from
+        every input; ``random_state`` follows :mod:`bayespca.params`.
+        """
         if kernel.name != "rbf":
             raise ValueError(
                 f"Random Fourier features approximate the rbf kernel only; got "
@@ -436,10 +474,10 @@ class FourierMap:
         if n_features_out < 1:
             raise ValueError(f"n_features_out={n_features_out} must be >= 1.")
         gamma = 1.0 / n_features_in if kernel.gamma is None else float(kernel.gamma)
-        rng = np.random.default_rng(random_state)
+        rng = as_generator(random_state)
         frequencies = rng.normal(0.0, np.sqrt(2.0 * gamma), size=(n_features_in, n_features_out))
         offsets = rng.uniform(0.0, 2.0 * np.pi, size=n_features_out)
-        return cls(frequencies, offsets)
+        return cls(frequencies, offsets, None if centre is None else np.array(centre, dtype=float))
 
     @property
     def n_features_out(self) -> int:
@@ -451,8 +489,16 @@ class FourierMap:
         scale = np.sqrt(2.0 / self.n_features_out)
 
         def block(rows):
-            z = rows @ self.frequencies
+            if self.centre is not None:
+                rows = rows - self.centre
+            with np.errstate(over="ignore", invalid="ignore"):
+                z = rows @ self.frequencies
             z += self.offsets
+            if not np.all(np.isfinite(z)):
+                raise ValueError(
+                    "The phases x W of the random Fourier features overflow float64 for these data "
+                    f"(largest |x| {np.abs(rows).max():.3g}); rescale X or lower gamma."
+                )
             np.cos(z, out=z)
             z *= scale
             return z

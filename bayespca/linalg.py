@@ -1,4 +1,4 @@
-"""Dense linear algebra for PCA: the four SVD solvers and the sign convention.
+"""Dense linear algebra for PCA: the four SVD solvers, the choice among them, and the sign convention.
 
 Each solver returns the leading singular triplets of the *centred* data
 matrix ``Xc = X - 1 mean^T`` without forming it when it does not have to:
@@ -22,7 +22,17 @@ on flat spectra its error shrinks geometrically with the depth ``q``
 (Halko et al. 2011; Musco & Musco 2015).
 
 All solvers finish with :func:`flip_signs`, so their output is the same up
-to rounding whichever one ran.
+to rounding whichever one ran. They run on NumPy's LAPACK and BLAS only:
+NumPy and SciPy each load their own OpenBLAS with its own thread pool, and a
+fit that alternates between them (a matrix product in one, an
+eigendecomposition in the other) leaves one pool's threads spinning while
+the other's work, which on a small machine made PCA several times slower.
+
+:func:`choose_solver` picks the cheapest solver by a flop count,
+:func:`decompose` runs the one chosen, and :func:`drop_rounding`
+sets singular values that are rounding noise to exactly zero, with a fixed
+orthonormal completion as their directions, so that rank-deficient and
+constant data have one answer whichever solver ran.
 
 References
 ----------
@@ -40,21 +50,43 @@ from typing import NamedTuple
 import numpy as np
 import scipy.linalg
 
+from bayespca.params import as_generator
+
 __all__ = [
+    "SOLVERS",
     "SVD",
+    "Decomposition",
     "centred_scatter",
     "centred_sum_squares",
+    "choose_solver",
+    "column_scales",
+    "complete_basis",
+    "decompose",
+    "drop_rounding",
     "eigh_top",
+    "exact_means",
     "flip_signs",
+    "standardized",
     "svd_covariance",
     "svd_full",
     "svd_gram",
     "svd_randomized",
 ]
 
+#: Solver names accepted by :func:`decompose` (and ``PCA(solver=...)``).
+SOLVERS = ("auto", "full", "covariance", "gram", "randomized")
+
 # Rows per block when forming the centred scatter matrix: the centred block
 # stays in cache, so centring costs no extra pass over X in memory.
 _BLOCK_ROWS = 4096
+
+# Relative speeds of the kernels behind each solver, in flops per second
+# relative to a matrix product (measured with benchmarks/bench_pca.py on the
+# 2-core reference machine; only their ratios matter).
+_EIGH_COST = 6.0  # full symmetric eigendecomposition, per size^3
+_RANDOMIZED_MIN_SIZE = 500
+# Above this size, a few leading eigenpairs are computed alone (see _eigh_descending).
+_SUBSET_MIN_SIZE = 1000
 
 
 class SVD(NamedTuple):
@@ -84,7 +116,10 @@ def flip_signs(components: np.ndarray, scores: np.ndarray | None = None):
     """Make the largest-magnitude entry of each component positive.
 
     This is scikit-learn's ``svd_flip(u_based_decision=False)`` rule, and it
-    makes every solver give the same signs.
+    makes every solver give the same signs. Entries within ``1e-9`` (relative)
+    of the largest count as tied and the first of them decides: axes such as
+    ``(1, -1) / sqrt(2)`` would otherwise take their sign from rounding, and
+    differ between solvers, scales and calls.
 
     Parameters
     ----------
@@ -101,10 +136,13 @@ def flip_signs(components: np.ndarray, scores: np.ndarray | None = None):
     --------
     >>> flip_signs(np.array([[0.6, -0.8]]))[0]
     array([[-0.6,  0.8]])
+    >>> flip_signs(np.array([[-0.7071067811865475, 0.7071067811865476]]))[0]  # tied: the first decides
+    array([[ 0.70710678, -0.70710678]])
     """
-    if components.shape[0] == 0:
+    if components.shape[0] == 0 or components.shape[1] == 0:
         return components, scores
-    idx = np.argmax(np.abs(components), axis=1)
+    magnitude = np.abs(components)
+    idx = np.argmax(magnitude >= (1.0 - 1e-9) * magnitude.max(axis=1, keepdims=True), axis=1)
     signs = np.sign(components[np.arange(components.shape[0]), idx])
     signs[signs == 0] = 1.0
     components = components * signs[:, None]
@@ -122,9 +160,10 @@ def centred_scatter(X: np.ndarray, mean: np.ndarray) -> np.ndarray:
     """Scatter matrix ``(X - mean)^T (X - mean)`` of shape (d, d).
 
     Computed as ``X^T X - n mean mean^T`` (one BLAS ``syrk``, no copy of X)
-    unless that cancels: when a feature's spread is below ~3% of its mean
-    (more than 3 of 16 digits lost), the data are centred block by block
-    instead, which is as accurate as centring X first without copying it.
+    unless that cancels or overflows: when a feature's spread is below ~3%
+    of its mean (more than 3 of 16 digits lost), or ``X^T X`` exceeds
+    float64, the data are centred block by block instead, which is as
+    accurate as centring X first without copying it.
 
     Examples
     --------
@@ -134,9 +173,10 @@ def centred_scatter(X: np.ndarray, mean: np.ndarray) -> np.ndarray:
            [4., 8.]])
     """
     n, d = X.shape
-    scatter = X.T @ X
-    scatter -= n * np.outer(mean, mean)
-    if not _cancels(np.diag(scatter), n * mean**2):
+    with np.errstate(over="ignore", invalid="ignore"):
+        scatter = X.T @ X
+        scatter -= n * np.outer(mean, mean)
+    if np.all(np.isfinite(scatter)) and not _cancels(np.diag(scatter), n * mean**2):
         return scatter
     scatter = np.zeros((d, d))
     for start in range(0, n, _BLOCK_ROWS):
@@ -154,8 +194,9 @@ def centred_sum_squares(X: np.ndarray, mean: np.ndarray) -> float:
     10.0
     """
     n = X.shape[0]
-    total = float(np.einsum("ij,ij->", X, X)) - n * float(mean @ mean)
-    if not _cancels(np.array([total]), np.array([n * float(mean @ mean)])):
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = float(np.einsum("ij,ij->", X, X)) - n * float(mean @ mean)
+    if np.isfinite(total) and not _cancels(np.array([total]), np.array([n * float(mean @ mean)])):
         return total
     total = 0.0
     for start in range(0, n, _BLOCK_ROWS):
@@ -164,17 +205,28 @@ def centred_sum_squares(X: np.ndarray, mean: np.ndarray) -> float:
     return total
 
 
-def _complete_basis(components: np.ndarray, n_missing: int) -> np.ndarray:
-    """Orthonormal rows orthogonal to ``components`` (for zero singular values).
+def complete_basis(rows: np.ndarray, n_missing: int) -> np.ndarray:
+    """``n_missing`` orthonormal rows orthogonal to the orthonormal ``rows`` (shape (r, d)).
 
-    The directions of zero singular values are arbitrary; a fixed seed keeps
-    them reproducible.
+    The directions of zero singular values (or eigenvalues) are arbitrary;
+    they are taken from a Gaussian matrix with a fixed seed, projected off
+    ``rows`` and orthonormalised, so that the same ``rows`` always get the
+    same completion, on any solver and any call.
+
+    Examples
+    --------
+    >>> rows = np.array([[1.0, 0.0, 0.0]])
+    >>> extra = complete_basis(rows, 2)
+    >>> bool(np.allclose(np.vstack([rows, extra]) @ np.vstack([rows, extra]).T, np.eye(3)))
+    True
     """
-    d = components.shape[1]
-    gauss = np.random.default_rng(0).standard_normal((d, n_missing))
-    gauss -= components.T @ (components @ gauss)
+    d = rows.shape[1]
+    # Drawn row by row, so the first m rows do not depend on n_missing >= m: completing
+    # 2 or 4 directions gives the same first 2 (QR keeps the span of leading columns).
+    gauss = np.random.default_rng(0).standard_normal((n_missing, d)).T
+    gauss -= rows.T @ (rows @ gauss)
     q, _ = np.linalg.qr(gauss)
-    q -= components.T @ (components @ q)  # one re-orthogonalisation pass
+    q -= rows.T @ (rows @ q)  # one re-orthogonalisation pass
     q, _ = np.linalg.qr(q)
     return q.T
 
@@ -188,16 +240,20 @@ def svd_full(X: np.ndarray, mean: np.ndarray) -> SVD:
     >>> svd_full(X, X.mean(0)).singular_values.round(6)
     array([2., 0.])
     """
-    u, s, vt = scipy.linalg.svd(X - mean, full_matrices=False, check_finite=False)
+    u, s, vt = np.linalg.svd(X - mean, full_matrices=False)
     vt, scores = flip_signs(vt, u * s)
     return SVD(s, vt, scores, float(np.sum(s**2)))
 
 
-def eigh_top(matrix: np.ndarray, n_components: int | None):
-    """Leading eigenpairs of a symmetric PSD matrix, descending, eigenvalues clipped at zero.
+def eigh_top(matrix: np.ndarray, n_components: int | None, *, clip: bool = True):
+    """Leading eigenpairs of a symmetric matrix, descending, eigenvalues clipped at zero if ``clip``.
 
+    Clipping is for PSD matrices, whose negative eigenvalues are rounding.
     Only the requested ``n_components`` pairs are computed (LAPACK ``evr``);
-    ``matrix`` is overwritten.
+    ``matrix`` is overwritten. ``evr`` can return fewer pairs than asked
+    (it does on matrices with a highly multiple eigenvalue, such as a
+    centred identity); the full divide-and-conquer ``evd`` then runs on a
+    saved copy.
 
     Examples
     --------
@@ -208,8 +264,9 @@ def eigh_top(matrix: np.ndarray, n_components: int | None):
     if n_components == 0:
         return np.zeros(0), np.zeros((size, 0))
     if n_components is None or n_components >= size:
-        evals, evecs = scipy.linalg.eigh(matrix, check_finite=False, overwrite_a=True)
+        evals, evecs = scipy.linalg.eigh(matrix, check_finite=False, overwrite_a=True, driver="evd")
     else:
+        saved = matrix.copy()
         evals, evecs = scipy.linalg.eigh(
             matrix,
             subset_by_index=(size - n_components, size - 1),
@@ -217,7 +274,25 @@ def eigh_top(matrix: np.ndarray, n_components: int | None):
             overwrite_a=True,
             driver="evr",
         )
-    return np.clip(evals[::-1], 0.0, None), evecs[:, ::-1]
+        if evals.shape[0] < n_components:
+            evals, evecs = scipy.linalg.eigh(saved, check_finite=False, overwrite_a=True, driver="evd")
+            evals, evecs = evals[size - n_components :], evecs[:, size - n_components :]
+    evals = evals[::-1]
+    return (np.clip(evals, 0.0, None) if clip else evals), evecs[:, ::-1]
+
+
+def _eigh_descending(matrix: np.ndarray, r: int):
+    """The ``r`` leading eigenpairs of a PSD matrix, descending.
+
+    By NumPy's LAPACK (see the module docstring), except for a few pairs of
+    a large matrix: there computing only those (SciPy's ``evr``,
+    :func:`eigh_top`) saves more than a second thread pool costs.
+    """
+    size = matrix.shape[0]
+    if size > _SUBSET_MIN_SIZE and r < size // 4:
+        return eigh_top(matrix, r)
+    evals, evecs = np.linalg.eigh(matrix)
+    return np.clip(evals[::-1][:r], 0.0, None), evecs[:, ::-1][:, :r]
 
 
 def svd_covariance(X: np.ndarray, mean: np.ndarray, n_components: int | None = None) -> SVD:
@@ -242,8 +317,7 @@ def svd_covariance(X: np.ndarray, mean: np.ndarray, n_components: int | None = N
     r = min(n, d) if n_components is None else n_components
     scatter = centred_scatter(X, mean)
     total_ss = float(np.trace(scatter))
-    evals, evecs = eigh_top(scatter, r)
-    evals, evecs = evals[:r], evecs[:, :r]
+    evals, evecs = _eigh_descending(scatter, r)
     components, _ = flip_signs(evecs.T)
     return SVD(np.sqrt(evals), components, None, total_ss)
 
@@ -266,17 +340,16 @@ def svd_gram(X: np.ndarray, mean: np.ndarray, n_components: int | None = None) -
     xc = X - mean
     gram = xc @ xc.T
     total_ss = float(np.trace(gram))
-    evals, evecs = eigh_top(gram, r)
-    evals, evecs = evals[:r], evecs[:, :r]
+    evals, evecs = _eigh_descending(gram, r)
     s = np.sqrt(evals)
     # Singular values below this are numerically zero: their V column would
     # be noise divided by noise.
     positive = s > max(n, d) * np.finfo(float).eps * (s[0] if s.size else 0.0)
     components = np.zeros((r, d))
     components[positive] = (xc.T @ evecs[:, positive] / s[positive]).T
-    n_null = r - int(positive.sum())
+    n_null = int((~positive).sum())
     if n_null:
-        components[~positive] = _complete_basis(components[positive], n_null)
+        components[~positive] = complete_basis(components[positive], n_null)
     scores = evecs * s
     components, scores = flip_signs(components, scores)
     return SVD(s, components, scores, total_ss)
@@ -289,7 +362,7 @@ def svd_randomized(
     *,
     n_oversamples: int = 10,
     n_power_iter: int | None = None,
-    random_state: int | np.random.Generator | None = None,
+    random_state=None,
 ) -> SVD:
     """Randomized block Krylov SVD of the centred data, without centring X.
 
@@ -316,7 +389,8 @@ def svd_randomized(
     n_power_iter : int, optional
         Krylov depth ``q``; by default 3 when ``k < 0.1 min(n, d)`` and 2
         otherwise.
-    random_state : int, Generator or None
+    random_state : None, int >= 0, Generator or RandomState
+        Seed of the Gaussian sketch (the rule of :mod:`bayespca.params`).
 
     References
     ----------
@@ -336,26 +410,29 @@ def svd_randomized(
     k = n_components
     if n_power_iter is None:
         n_power_iter = 3 if k < 0.1 * min(n, d) else 2
-    rng = np.random.default_rng(random_state)
+    rng = as_generator(random_state)
     width = min(k + n_oversamples, min(n, d))
-    ones = np.ones((n, 1))
-    mean_row = mean[None, :]
-
+    # The rank-one corrections are broadcast, not BLAS calls: every BLAS call may hand work to
+    # its thread pool, and on a busy machine each hand-over costs more than these products.
     def times(b):  # Xc @ b, b of shape (d, l)
-        return X @ b - ones @ (mean_row @ b)
+        out = X @ b
+        out -= np.einsum("i,ij->j", mean, b)
+        return out
 
     def times_t(a):  # Xc^T @ a, a of shape (n, l)
-        return X.T @ a - mean_row.T @ (ones.T @ a)
+        out = X.T @ a
+        out -= np.multiply.outer(mean, a.sum(axis=0))
+        return out
 
     if n >= d:
         q = _krylov_basis(times, times_t, d, width, n_power_iter, rng)  # (n, L), in col(Xc)
         small = times_t(q).T  # (L, d) = Q^T Xc
-        ub, s, vt = scipy.linalg.svd(small, full_matrices=False, check_finite=False)
+        ub, s, vt = np.linalg.svd(small, full_matrices=False)
         u = q @ ub
     else:
         q = _krylov_basis(times_t, times, n, width, n_power_iter, rng)  # (d, L), in row(Xc)
         small = times(q)  # (n, L) = Xc Q
-        u, s, wt = scipy.linalg.svd(small, full_matrices=False, check_finite=False)
+        u, s, wt = np.linalg.svd(small, full_matrices=False)
         vt = wt @ q.T
     u, s, vt = u[:, :k], s[:k], vt[:k]
     vt, scores = flip_signs(vt, u * s)
@@ -371,3 +448,260 @@ def _krylov_basis(apply, apply_t, size, width, depth, rng):
         blocks.append(block)
     basis, _ = np.linalg.qr(np.hstack(blocks))
     return basis[:, : min(basis.shape)]
+
+
+def choose_solver(n_samples: int, n_features: int, n_components: int | None) -> str:
+    """The solver ``PCA(solver="auto")`` uses.
+
+    With ``m = min(n, d)`` and ``k`` the requested number of components
+    (``None`` when the whole spectrum is needed: ``n_components`` None, a
+    fraction or a selection rule), the estimated costs in flops are
+
+    * covariance: ``n d^2 + 6 d^3``  (scatter matrix, then eigh)
+    * gram: ``n^2 d + 6 n^3``        (Gram matrix, then eigh)
+    * randomized: ``2 (3q + 2) n d (k + 10)``, block Krylov depth ``q = 3``
+      (2 when ``k >= 0.1 m``)
+    * full: ``6 n d m``              (thin SVD)
+
+    The rule takes the cheapest of covariance and Gram; it takes randomized
+    instead only for an integer ``k`` with ``k + 10 <= m / 4``, ``m >= 500``
+    and a cost at most half the exact solver's (randomized is approximate, so
+    it must win clearly); and it takes full when the problem is tiny
+    (``n d <= 10^4``), where everything takes microseconds and the thin SVD
+    is the most accurate.
+
+    Examples
+    --------
+    >>> choose_solver(20000, 100, 10), choose_solver(500, 20000, 10), choose_solver(2000, 2000, 10)
+    ('covariance', 'gram', 'randomized')
+    """
+    n, d = n_samples, n_features
+    m = min(n, d)
+    if n * d <= 10_000:
+        return "full"
+    cov = n * d * d + _EIGH_COST * d**3
+    gram = n * n * d + _EIGH_COST * n**3
+    exact, name = (cov, "covariance") if cov <= gram else (gram, "gram")
+    if n_components is not None and m >= _RANDOMIZED_MIN_SIZE and n_components + 10 <= m / 4:
+        q = 3 if n_components < 0.1 * m else 2
+        randomized = 2 * (3 * q + 2) * n * d * (n_components + 10)
+        if 2 * randomized <= exact:
+            return "randomized"
+    return name
+
+
+class Decomposition(NamedTuple):
+    """What :func:`decompose` found.
+
+    Attributes
+    ----------
+    svd : SVD
+        Leading triplets of the centred (and, if asked, standardized) data,
+        with rounding-level singular values set to 0 (:func:`drop_rounding`).
+    solver : str
+        The solver that ran.
+    scale : ndarray of shape (d,)
+        Column scales divided out: the standard deviations (``ddof=1``, 1
+        for constant columns) with ``standardize=True``, else ones.
+    """
+
+    svd: SVD
+    solver: str
+    scale: np.ndarray
+
+
+def decompose(
+    X: np.ndarray,
+    mean: np.ndarray,
+    n_components: int | None,
+    solver: str = "auto",
+    *,
+    standardize: bool = False,
+    magnitudes: tuple[float, float] | None = None,
+    n_oversamples: int = 10,
+    n_power_iter: int | None = None,
+    random_state=None,
+) -> Decomposition:
+    """Leading singular triplets of ``X - mean`` (standardized if asked) by the named solver.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+    mean : ndarray of shape (d,)
+    n_components : int or None
+        Number of triplets; None for all ``min(n, d)`` (not with "randomized").
+    solver : {"auto", "full", "covariance", "gram", "randomized"}, default="auto"
+        "auto" is :func:`choose_solver`.
+    standardize : bool, default=False
+        Divide each centred column by its standard deviation
+        (:func:`column_scales`); constant columns become exactly 0.
+    magnitudes : (float, float) or None, default=None
+        ``max|X|`` over all columns and over the varying columns of the
+        data before any centring, in the units of ``X``, when the caller
+        has them and has already passed ``mean`` through
+        :func:`exact_means`; else both are done here. They set the
+        rounding floor of :func:`drop_rounding` (all columns for the
+        randomized solver, which never centres X; varying ones otherwise).
+    n_oversamples, n_power_iter, random_state
+        Options of :func:`svd_randomized`.
+
+    Returns
+    -------
+    Decomposition
+
+    Examples
+    --------
+    >>> X = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]])
+    >>> dec = decompose(X, X.mean(0), None)
+    >>> dec.solver, dec.svd.singular_values.round(6).tolist()
+    ('full', [2.0, 0.0])
+    """
+    n, d = X.shape
+    solver = choose_solver(n, d, n_components) if solver == "auto" else solver
+    if solver == "randomized" and n_components is None:
+        raise ValueError(
+            "solver='randomized' needs an integer n_components; the whole spectrum was asked for. "
+            "Use solver='auto', 'full', 'covariance' or 'gram'."
+        )
+    if magnitudes is None:
+        mean, *magnitudes = exact_means(X, mean)
+    magnitude = magnitudes[0] if solver == "randomized" else magnitudes[1]
+    scale = np.ones(d)
+    if standardize:
+        X, scale = standardized(X, mean)
+        mean = np.zeros(d)
+        magnitude = float(np.max(np.abs(X), initial=0.0))
+    if solver == "full":
+        svd = svd_full(X, mean)
+    elif solver == "covariance" or (n_components == 0 and d <= n):
+        svd = svd_covariance(X, mean, n_components)
+    elif solver == "gram" or n_components == 0:
+        svd = svd_gram(X, mean, n_components)
+    else:
+        svd = svd_randomized(X, mean, n_components, n_oversamples=n_oversamples,
+                             n_power_iter=n_power_iter, random_state=random_state)
+    return Decomposition(drop_rounding(svd, solver, (n, d), magnitude), solver, scale)
+
+
+def drop_rounding(svd: SVD, solver: str, shape: tuple[int, int], magnitude: float) -> SVD:
+    """Set singular values that are rounding noise to exactly 0 and give them fixed directions.
+
+    A singular value is noise below the larger of two floors:
+
+    * the data's: ``4 n sqrt(d) eps max|X|`` (``magnitude = max|X|``), a
+      bound on what the rounding of the column means leaves in the
+      centred data (each mean is a sum of n terms); constant data lie
+      entirely below it;
+    * the solver's: ``max(n, d) eps s_1`` for an SVD (full, randomized),
+      ``sqrt(max(n, d) eps) s_1`` for an eigendecomposition of ``Xc^T Xc``
+      or ``Xc Xc^T`` (covariance, gram), whose eigenvalues carry absolute
+      errors of about ``eps s_1^2``.
+
+    Their directions become :func:`complete_basis` of the others, and the
+    total sum of squares drops what is left of the rounding noise, so
+    rank-deficient data give the same answer on every solver and every call.
+
+    Examples
+    --------
+    >>> X = np.array([[1.0, 2.0], [1.0, 2.0], [1.0, 2.0]]) * 0.1  # constant rows
+    >>> svd = drop_rounding(svd_full(X, X.mean(0)), "full", X.shape, 0.2)
+    >>> svd.singular_values.tolist(), svd.total_ss
+    ([0.0, 0.0], 0.0)
+    """
+    s = svd.singular_values
+    if s.size == 0:
+        return svd
+    n, d = shape
+    eps = np.finfo(float).eps
+    size = max(n, d)
+    relative = size * eps if solver in ("full", "randomized") else np.sqrt(size * eps)
+    floor = max(relative * s[0], 4 * n * np.sqrt(d) * eps * magnitude)
+    zero = s <= floor
+    kept_ss = float(np.sum(s[~zero] ** 2))
+    # What the returned values leave of the total is noise when below the floor in every direction.
+    noise_only = np.sqrt(max(svd.total_ss - kept_ss, 0.0)) <= np.sqrt(min(n, d)) * floor
+    total_ss = kept_ss if noise_only else svd.total_ss
+    if not zero.any():
+        return svd._replace(total_ss=total_ss)
+    components = svd.components.copy()
+    components[zero] = complete_basis(components[~zero], int(zero.sum()))
+    scores = None if svd.scores is None else np.where(zero, 0.0, svd.scores)
+    components, scores = flip_signs(components, scores)
+    return SVD(np.where(zero, 0.0, s), components, scores, total_ss)
+
+
+def column_scales(X: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """Sample standard deviations (``ddof=1``) of the columns of ``X``; exactly 0 for constant columns.
+
+    A column is constant when its deviation is at the rounding level of its
+    values (``<= 8 eps max|x|``): centring a constant column leaves rounding
+    noise of that size, which dividing by its own deviation would blow up
+    to unit variance.
+
+    Examples
+    --------
+    >>> X = np.array([[1.0, 1.26736591], [2.0, 1.26736591], [4.0, 1.26736591]])
+    >>> column_scales(X, X.mean(0)).round(6).tolist()
+    [1.527525, 0.0]
+    """
+    n = X.shape[0]
+    centred = X - mean
+    std = np.sqrt(np.einsum("ij,ij->j", centred, centred) / max(n - 1, 1))
+    constant = std <= 8 * np.finfo(float).eps * np.abs(X).max(axis=0, initial=0.0)
+    return np.where(constant, 0.0, std)
+
+
+def standardized(X: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``((X - mean) / scale, scale)`` with ``scale`` the :func:`column_scales`; constant columns 0.
+
+    A constant column keeps scale 1 and becomes exactly 0 (centring leaves
+    only rounding of it, which must not count as variance).
+
+    Examples
+    --------
+    >>> X = np.array([[1.0, 5.0], [3.0, 5.0]])
+    >>> Xs, scale = standardized(X, X.mean(0))
+    >>> Xs.round(6).tolist(), scale.round(6).tolist()
+    ([[-0.707107, 0.0], [0.707107, 0.0]], [1.414214, 1.0])
+    """
+    std = column_scales(X, mean)
+    varying = std > 0
+    scale = np.where(varying, std, 1.0)
+    return np.where(varying, (X - mean) / scale, 0.0), scale
+
+
+def exact_means(X: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """``mean`` with each constant column's mean set to its value; ``max|X|`` over all columns and
+    over the columns that vary.
+
+    A column mean is a sum of n terms over n and carries up to about
+    ``n eps`` of relative rounding; for a constant column that rounding is
+    all its centred values would hold (a spurious variance, blown up to 1
+    by standardizing). Taking the value itself makes the centred column
+    exactly 0, so only the varying columns leave rounding in the centred
+    data. Cost: one pass over X for its largest and smallest entry, and one
+    over the few columns whose first, middle and last entries agree.
+
+    Examples
+    --------
+    >>> X = np.c_[np.full(3000, 0.1), np.arange(3000.0)]
+    >>> mean, top, varying = exact_means(X, X.mean(axis=0))
+    >>> float(X.mean(axis=0)[0]) == 0.1, float(mean[0]) == 0.1, top, varying
+    (False, True, 2999.0, 2999.0)
+    """
+    if X.size == 0:
+        return mean, 0.0, 0.0
+    top = max(float(X.max()), -float(X.min()))
+    first = X[0]
+    candidates = np.flatnonzero((X[-1] == first) & (X[X.shape[0] // 2] == first))
+    if candidates.size == 0:
+        return mean, top, top
+    constant = candidates[np.all(X[:, candidates] == first[candidates], axis=0)]
+    if constant.size == 0:
+        return mean, top, top
+    mean = mean.copy()
+    mean[constant] = first[constant]
+    varying = np.ones(X.shape[1], dtype=bool)
+    varying[constant] = False
+    varying_top = float(np.abs(X[:, varying]).max(initial=0.0)) if varying.any() else 0.0
+    return mean, top, varying_top

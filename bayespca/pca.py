@@ -3,65 +3,51 @@
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
 from bayespca import gaussian
-from bayespca.data import as_float_matrix, check_is_fitted, validate_fit, validate_transform
-from bayespca.linalg import svd_covariance, svd_full, svd_gram, svd_randomized
-from bayespca.selection import METHODS, select_from_singular_values
+from bayespca.data import check_is_fitted, validate_fit, validate_scores, validate_transform
+from bayespca.linalg import SOLVERS, decompose, exact_means
+from bayespca.params import check_bool, check_choice, check_number, check_seed
+from bayespca.selection import METHODS, OPTIONS, select_from_singular_values
+from bayespca.statistics import check_representable, log_scale_correction, power_of_two_scale
 
-__all__ = ["PCA", "choose_solver"]
+__all__ = ["PCA"]
 
-SOLVERS = ("auto", "full", "covariance", "gram", "randomized")
+# Data whose largest magnitude lies in [2^-256, 2^256] are decomposed as they
+# are: their squares and sums of squares are normal, finite float64 numbers, and
+# dividing by a power of two would change no result (it is exact). Outside that
+# band they are centred and brought to power-of-two working units first.
+_SAFE_LOG2 = 256
+_SCALES_APART = (
+    "(with standardize=True, columns on scales too far apart have a covariance that float64 cannot hold)"
+)
 
-# Relative speeds of the kernels behind each solver, in flops per second
-# relative to a matrix product (measured with benchmarks/bench_pca.py on the
-# 2-core reference machine; only their ratios matter).
-_EIGH_COST = 6.0  # full symmetric eigendecomposition, per size^3
-_SVD_COST = 6.0  # thin SVD (gesdd), per n d min(n, d)
-_RANDOMIZED_MIN_SIZE = 500
 
+def _working_units(
+    X: np.ndarray, mean: np.ndarray, top: float
+) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+    """``(Xw, centre, unit, mean)``: the data in units of a power of two, the centre to subtract
+    from them, and the column means in data units; ``top = max|X|``.
 
-def choose_solver(n_samples: int, n_features: int, n_components: int | None) -> str:
-    """The solver ``PCA(solver="auto")`` uses.
-
-    With ``m = min(n, d)`` and ``k`` the requested number of components
-    (``None`` when the whole spectrum is needed: ``n_components`` None, a
-    fraction or a selection rule), the estimated costs in flops are
-
-    * covariance: ``n d^2 + 6 d^3``  (scatter matrix, then eigh)
-    * gram: ``n^2 d + 6 n^3``        (Gram matrix, then eigh)
-    * randomized: ``2 (3q + 2) n d (k + 10)``, block Krylov depth ``q = 3``
-      (2 when ``k >= 0.1 m``)
-    * full: ``6 n d m``              (thin SVD)
-
-    The rule takes the cheapest of covariance and Gram; it takes randomized
-    instead only for an integer ``k`` with ``k + 10 <= m / 4``, ``m >= 500``
-    and a cost at most half the exact solver's (randomized is approximate, so
-    it must win clearly); and it takes full when the problem is tiny
-    (``n d <= 10^4``), where everything takes microseconds and the thin SVD
-    is the most accurate.
-
-    Examples
-    --------
-    >>> choose_solver(20000, 100, 10), choose_solver(500, 20000, 10), choose_solver(2000, 2000, 10)
-    ('covariance', 'gram', 'randomized')
+    Data in the safe band come back as they are (``unit = 1``). Others are
+    centred (twice: what the first pass leaves of the mean, its rounding, is
+    removed by the second, so constant data become exactly constant) and
+    divided by :func:`bayespca.statistics.power_of_two_scale` of the centred
+    data, after :func:`bayespca.statistics.check_representable` has refused
+    spreads whose variances float64 cannot hold.
     """
-    n, d = n_samples, n_features
-    m = min(n, d)
-    if n * d <= 10_000:
-        return "full"
-    cov = n * d * d + _EIGH_COST * d**3
-    gram = n * n * d + _EIGH_COST * n**3
-    exact, name = (cov, "covariance") if cov <= gram else (gram, "gram")
-    if n_components is not None and m >= _RANDOMIZED_MIN_SIZE and n_components + 10 <= m / 4:
-        q = 3 if n_components < 0.1 * m else 2
-        randomized = 2 * (3 * q + 2) * n * d * (n_components + 10)
-        if 2 * randomized <= exact:
-            return "randomized"
-    return name
+    if top == 0.0 or 2.0**-_SAFE_LOG2 <= top <= 2.0**_SAFE_LOG2:
+        return X, mean, 1.0, mean
+    centred = X - mean
+    residual = centred.mean(axis=0)
+    centred -= residual
+    unit = power_of_two_scale(centred)
+    check_representable(centred, None, unit)
+    return centred / unit, np.zeros_like(mean), unit, mean + residual
 
 
 class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -79,6 +65,16 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     (Tipping & Bishop 1999, with scikit-learn's ``n - 1`` eigenvalues, so the
     numbers equal scikit-learn's; :class:`bayespca.PPCA` gives the exact ML
     fit). Whitening only rescales the scores and never changes that model.
+
+    Extreme and degenerate data (see the user guide's "Extreme data" page):
+    data are decomposed in power-of-two units, so a fit of ``c X`` is the
+    fit of ``X`` with every result scaled by ``c`` (exactly for powers of
+    two); data whose spread lies outside about 1e-152..1e152 are refused
+    with a ``ValueError``. Singular values at the rounding level of the data
+    or of the solver are set to 0 and their axes completed by a fixed
+    orthonormal basis, so constant data, duplicate rows and rank below
+    ``n_components`` give the same answer on every solver; asking for more
+    components than the rank warns.
 
     Parameters
     ----------
@@ -116,9 +112,11 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     selection_options : dict or None, default=None
         Options for a string ``n_components`` rule (``threshold``,
         ``noise_std``, ``tau``; see
-        :func:`bayespca.selection.select_from_singular_values`).
-    random_state : int, numpy Generator or None, default=None
-        Seed of the randomized solver.
+        :func:`bayespca.selection.select_from_singular_values`). Refused with
+        any other ``n_components``, which would ignore them.
+    random_state : None, int >= 0, numpy Generator or RandomState, default=None
+        Seed of the randomized solver (checked whatever the solver; see
+        :mod:`bayespca.params`).
 
     Attributes
     ----------
@@ -191,24 +189,18 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     def _check_params(self, n: int, d: int) -> int | None:
         """Validate hyper-parameters; return the integer k requested, or None for the whole spectrum."""
         m = min(n, d)
-        if self.solver not in SOLVERS:
-            raise ValueError(f"solver must be one of {list(SOLVERS)}; got {self.solver!r}.")
-        for name in ("whiten", "standardize"):
-            if not isinstance(getattr(self, name), bool | np.bool_):
-                raise TypeError(f"{name} must be a bool; got {getattr(self, name)!r}.")
-        if not (isinstance(self.n_oversamples, numbers.Integral) and self.n_oversamples >= 0):
-            raise ValueError(f"n_oversamples must be an int >= 0; got {self.n_oversamples!r}.")
-        if self.n_power_iter is not None and not (
-            isinstance(self.n_power_iter, numbers.Integral) and self.n_power_iter >= 0
-        ):
-            raise ValueError(f"n_power_iter must be None or an int >= 0; got {self.n_power_iter!r}.")
-        if self.selection_options is not None and not isinstance(self.selection_options, dict):
-            raise TypeError(f"selection_options must be None or a dict; got {self.selection_options!r}.")
+        check_choice(self.solver, "solver", SOLVERS)
+        check_bool(self.whiten, "whiten")
+        check_bool(self.standardize, "standardize")
+        check_number(self.n_oversamples, "n_oversamples", integer=True, low=0)
+        check_number(self.n_power_iter, "n_power_iter", integer=True, low=0, allow_none=True)
+        check_seed(self.random_state)
         k = self.n_components
         accepted = (
             f"None, an int in [0, min(n_samples, n_features)] = [0, {m}], a float in (0, 1), "
             f"or one of {list(METHODS)}"
         )
+        self._check_selection_options(isinstance(k, str))
         if k is None:
             return None
         if isinstance(k, bool | np.bool_):
@@ -222,73 +214,89 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                 raise ValueError(f"n_components must be {accepted}; got {k}.")
             return None
         if isinstance(k, str):
-            if k not in METHODS:
-                raise ValueError(f"n_components must be {accepted}; got {k!r}.")
+            check_choice(k, "n_components", METHODS)
             return None
         raise TypeError(f"n_components must be {accepted}; got {type(k).__name__} {k!r}.")
 
+    def _check_selection_options(self, rule: bool) -> None:
+        options = self.selection_options
+        if options is None:
+            return
+        if not isinstance(options, dict):
+            raise TypeError(f"selection_options must be None or a dict; got {options!r}.")
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise ValueError(
+                f"selection_options has unknown keys {unknown}; accepted keys: {list(OPTIONS)}."
+            )
+        if options and not rule:
+            raise ValueError(
+                f"selection_options={options!r} is only used when n_components is a rule name "
+                f"(one of {list(METHODS)}); got n_components={self.n_components!r}."
+            )
+
     def _fit(self, X):
         data = validate_fit(self, X)
-        X = data.X
-        n, d = X.shape
+        n, d = data.X.shape
         k = self._check_params(n, d)
-        solver = choose_solver(n, d, k) if self.solver == "auto" else self.solver
-        if solver == "randomized" and k is None:
-            raise ValueError(
-                f"solver='randomized' needs an integer n_components; got {self.n_components!r}, "
-                "which needs the whole spectrum. Use solver='auto', 'full', 'covariance' or 'gram'."
-            )
-        mean = data.column_sums / n
-        scale = np.ones(d)
-        if self.standardize:
-            std = X.std(axis=0, ddof=1)
-            scale = np.where(std > 0, std, 1.0)
-            X = (X - mean) / scale
-            centre = np.zeros(d)
+        mean, top, varying_top = exact_means(data.X, data.column_sums / n)
+        Xw, centre, unit, mean = _working_units(data.X, mean, top)
+        dec = decompose(Xw, centre, k, self.solver, standardize=self.standardize,
+                        magnitudes=(top / unit, varying_top / unit), n_oversamples=self.n_oversamples,
+                        n_power_iter=self.n_power_iter, random_state=self.random_state)
+        # The power of two of the data, for the Gaussian's working units (see _gaussian).
+        self._unit = unit
+        if self.standardize:  # standardized data have no units: results need none put back
+            scale, unit = dec.scale * unit, 1.0
         else:
-            centre = mean
-        if solver == "full":
-            svd = svd_full(X, centre)
-        elif solver == "covariance":
-            svd = svd_covariance(X, centre, k)
-        elif solver == "gram":
-            svd = svd_gram(X, centre, k)
-        elif k == 0:
-            svd = svd_covariance(X, centre, 0) if d <= n else svd_gram(X, centre, 0)
-        else:
-            svd = svd_randomized(X, centre, k, n_oversamples=self.n_oversamples,
-                                 n_power_iter=self.n_power_iter, random_state=self.random_state)
+            scale = np.ones(d)
         self.selection_ = None
-        if k is None:
-            k = self._resolve_n_components(svd.singular_values, n, d)
-        s = svd.singular_values[:k]
-        total_var = svd.total_ss / (n - 1)
-        ev = s**2 / (n - 1)
-        m = min(n, d)
+        svd = dec.svd
+        k = self._resolve_n_components(svd.singular_values, n, d, unit) if k is None else k
+        self._store(svd, k, n, d, unit)
         self.mean_ = mean
         self.scale_ = scale
+        self.solver_ = dec.solver
+        return svd.scores
+
+    def _store(self, svd, k: int, n: int, d: int, unit: float) -> None:
+        """Fitted attributes in data units from the working-unit decomposition."""
+        m = min(n, d)
+        s = svd.singular_values[:k]
+        ev = s**2 / (n - 1)
+        total = svd.total_ss / (n - 1)
+        rank = int(np.count_nonzero(s))
+        if isinstance(self.n_components, numbers.Integral) and rank < k:
+            warnings.warn(
+                f"The centred data have rank {rank} < n_components = {k}: components {rank}..{k - 1} "
+                "have zero variance (explained_variance_ = 0) and a fixed but arbitrary orthonormal "
+                f"direction. Use n_components <= {rank}.",
+                UserWarning,
+                stacklevel=4,
+            )
+        with np.errstate(over="ignore"):
+            self.explained_variance_ = ev * unit**2
+            self.noise_variance_ = float(max(total - ev.sum(), 0.0) / (m - k)) * unit**2 if k < m else 0.0
+        if not (np.all(np.isfinite(self.explained_variance_)) and np.isfinite(total * unit**2)):
+            raise ValueError(
+                f"The variances of X (total {total:.3g} x {unit:.3g}^2) overflow float64; rescale X "
+                "(the principal axes of X / c are those of X, with variances divided by c^2)."
+            )
         self.components_ = svd.components[:k]
-        self.singular_values_ = s
-        self.explained_variance_ = ev
-        self.explained_variance_ratio_ = ev / total_var if total_var > 0 else np.zeros(k)
-        self.noise_variance_ = float(max(total_var - ev.sum(), 0.0) / (m - k)) if k < m else 0.0
+        self.singular_values_ = s * unit
+        self.explained_variance_ratio_ = ev / total if total > 0 else np.zeros(k)
         self.n_components_ = int(k)
         self.n_samples_ = n
-        self.solver_ = solver
-        if not (np.all(np.isfinite(self.components_)) and np.isfinite(total_var)):
-            raise ValueError("X has values so large that PCA overflowed float64; rescale X.")
-        scores = None if svd.scores is None else svd.scores[:, :k]
-        return X, scores
 
-    def _resolve_n_components(self, s: np.ndarray, n: int, d: int) -> int:
+    def _resolve_n_components(self, s: np.ndarray, n: int, d: int, unit: float) -> int:
         k = self.n_components
         if k is None:
             return min(n, d)
-        options = dict(self.selection_options or {})
         if isinstance(k, str):
-            self.selection_ = select_from_singular_values(s, n, d, k, **options)
+            options = dict(self.selection_options or {})
+            self.selection_ = select_from_singular_values(s * unit, n, d, k, **options)
         else:  # fraction of variance
-            self.selection_ = select_from_singular_values(s, n, d, "variance", threshold=float(k))
+            self.selection_ = select_from_singular_values(s * unit, n, d, "variance", threshold=float(k))
         return self.selection_.n_components
 
     def fit(self, X, y=None):
@@ -308,11 +316,11 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
     def fit_transform(self, X, y=None):
         """Fit and return the scores of the training data, shape (n_samples, n_components_)."""
-        Xw, scores = self._fit(X)
+        scores = self._fit(X)
         if scores is None:
-            centre = self.mean_ if not self.standardize else np.zeros(self.n_features_in_)
-            scores = Xw @ self.components_.T - centre @ self.components_.T
-        return self._whiten(scores)
+            return self.transform(X)
+        unit = 1.0 if self.standardize else self._unit  # standardized scores have no units
+        return self._whiten(scores[:, : self.n_components_] * unit)
 
     # ------------------------------------------------------------ transforms
     def _whiten(self, scores):
@@ -321,8 +329,9 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         return scores / self._whiten_scale()
 
     def _whiten_scale(self):
-        scale = np.sqrt(self.explained_variance_)
-        return np.maximum(scale, np.finfo(float).eps)
+        # A zero-variance component scores every point 0; dividing by 1 keeps it 0.
+        ev = self.explained_variance_
+        return np.sqrt(np.where(ev > 0, ev, 1.0))
 
     def transform(self, X):
         """Project ``X`` on the principal axes: ``((X - mean_) / scale_) @ components_.T``.
@@ -338,7 +347,9 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """
         X = validate_transform(self, X).X
         axes = self.components_ / self.scale_ if self.standardize else self.components_
-        return self._whiten(X @ axes.T - self.mean_ @ axes.T)
+        with np.errstate(over="ignore", invalid="ignore"):
+            scores = self._whiten(X @ axes.T - self.mean_ @ axes.T)
+        return _finite(scores, "transform")
 
     def inverse_transform(self, X):
         """Map scores back to feature space: ``(Z [sqrt(lambda)] V) * scale_ + mean_``.
@@ -355,30 +366,30 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         -------
         ndarray of shape (n_samples, n_features)
         """
-        check_is_fitted(self)
-        Z = as_float_matrix(X, name="X")
-        if Z.shape[1] != self.n_components_:
-            raise ValueError(
-                f"X has {Z.shape[1]} columns, but inverse_transform expects n_components_ = "
-                f"{self.n_components_} score columns."
-            )
-        if self.whiten:
-            Z = Z * self._whiten_scale()
-        return (Z @ self.components_) * self.scale_ + self.mean_
+        Z = validate_scores(self, X)
+        with np.errstate(over="ignore", invalid="ignore"):
+            if self.whiten:
+                Z = Z * self._whiten_scale()
+            back = (Z @ self.components_) * self.scale_ + self.mean_
+        return _finite(back, "inverse_transform")
 
     # ------------------------------------------------ probabilistic view
     def _gaussian(self, *, singular_ok: bool = False) -> gaussian.LowRankGaussian:
-        """The pPCA Gaussian in the original units, as a (W, psi, mu) triple.
+        """The pPCA Gaussian in working units (data units / ``_unit``), as a (W, psi, mu) triple.
 
         Its covariance is ``V^T diag(max(lambda_j, sigma^2)) V + sigma^2 (I - V^T V)``.
         When every direction is a component (k = d) there is no discarded
         eigenvalue; the smallest component's variance then plays the role of
-        the isotropic part, which leaves the covariance unchanged.
+        the isotropic part, which leaves the covariance unchanged. Working
+        units keep every intermediate of the density normal at any accepted
+        scale; the power of two is exact to divide out and put back.
         """
         check_is_fitted(self)
-        d, k = self.n_features_in_, self.n_components_
-        lam = np.maximum(self.explained_variance_, self.noise_variance_)
-        axes, sigma2 = self.components_, self.noise_variance_
+        d, k, u = self.n_features_in_, self.n_components_, self._unit
+        # Standardized variances are unitless: the units are in scale_.
+        v = 1.0 if self.standardize else u
+        lam = np.maximum(self.explained_variance_, self.noise_variance_) / v**2
+        axes, sigma2 = self.components_, self.noise_variance_ / v**2
         if k == d:
             axes, lam, sigma2 = axes[:-1], lam[:-1], lam[-1]
         if sigma2 <= 0 and not singular_ok:
@@ -389,23 +400,29 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                 "or use bayespca.PPCA."
             )
         w = axes.T * np.sqrt(lam - sigma2)
-        return gaussian.LowRankGaussian(
-            self.scale_[:, None] * w, self.scale_**2 * sigma2, self.mean_
-        )
+        scale = self.scale_ / u if self.standardize else np.ones(d)
+        return gaussian.LowRankGaussian(scale[:, None] * w, scale**2 * sigma2, self.mean_ / u)
 
     def get_covariance(self):
         """Model covariance ``V^T diag(lambda) V + sigma^2 (I - V^T V)`` in the original units, (d, d)."""
-        return np.asarray(gaussian.covariance(self._gaussian(singular_ok=True)))
+        with np.errstate(over="ignore", invalid="ignore"):
+            cov = np.asarray(gaussian.covariance(self._gaussian(singular_ok=True))) * self._unit**2
+        return _finite(cov, "get_covariance", _SCALES_APART)
 
     def get_precision(self):
         """Inverse of :meth:`get_covariance` by the Woodbury identity (no d x d inverse), shape (d, d)."""
-        return np.asarray(gaussian.precision(self._gaussian()))
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            precision = np.asarray(gaussian.precision(self._gaussian())) / self._unit**2
+        return _finite(precision, "get_precision", _SCALES_APART)
 
     def score_samples(self, X):
         """Log-likelihood of each sample under the pPCA Gaussian, shape (n_samples,)."""
         g = self._gaussian()
         X = validate_transform(self, X).X
-        return np.asarray(gaussian.log_prob(g, X))
+        with np.errstate(over="ignore", invalid="ignore"):
+            log_p = np.asarray(gaussian.log_prob(g, X / self._unit)) + log_scale_correction(
+                self.n_features_in_, self._unit)
+        return _finite(log_p, "score_samples")
 
     def score(self, X, y=None):
         """Average log-likelihood of the samples under the pPCA Gaussian."""
@@ -420,3 +437,11 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         tags.transformer_tags.preserves_dtype = ["float64"]
         return tags
 
+
+
+def _finite(values: np.ndarray, method: str, cause: str = "on this X (its values are far outside "
+            "the range of the training data)") -> np.ndarray:
+    """``values``, or a ValueError when they went past float64's range."""
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"PCA.{method} overflowed float64 {cause}; rescale X.")
+    return values

@@ -53,7 +53,7 @@ problem. Psychometrika 31, 1-10.
 
 from __future__ import annotations
 
-import numbers
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -62,6 +62,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from bayespca.data import as_float_matrix
+from bayespca.params import check_bool, check_choice, check_number
 
 __all__ = ["ROTATIONS", "Rotation", "procrustes", "rotate"]
 
@@ -231,7 +232,8 @@ def _canonical(loadings, matrix, phi):
     communality ``trace(L Phi L^T)`` and are the column sums of squared
     loadings when ``Phi = I``.
     """
-    explained = np.sum(loadings * (loadings @ phi), axis=0)
+    unit = _power_of_two(loadings)  # the order does not depend on the scale; the squares must not underflow
+    explained = np.sum((loadings / unit) * ((loadings / unit) @ phi), axis=0)
     order = np.argsort(-explained, kind="stable")
     loadings, matrix, phi = loadings[:, order], matrix[:, order], phi[np.ix_(order, order)]
     signs = np.where(loadings.sum(axis=0) < 0.0, -1.0, 1.0)
@@ -270,14 +272,7 @@ def _check_options(method: str, options: dict[str, Any]) -> dict[str, float]:
         )
     values = {**accepted, **options}
     for key, value in values.items():
-        if (
-            not isinstance(value, numbers.Real)
-            or isinstance(value, bool)
-            or not np.isfinite(value)
-            or (key == "power" and value <= 1.0)
-        ):
-            rule = "a real number > 1" if key == "power" else "a finite real number"
-            raise ValueError(f"{key} must be {rule}; got {value!r}.")
+        check_number(value, key, low=1.0 if key == "power" else None, low_open=True)
     return {key: float(value) for key, value in values.items()}
 
 
@@ -376,15 +371,11 @@ def rotate(
     True
     """
     lmat = _check_loadings(loadings, "loadings")
-    if not isinstance(normalize, bool | np.bool_):
-        raise TypeError(f"normalize must be True or False; got {normalize!r}.")
-    if not isinstance(method, str) or method not in ROTATIONS:
-        raise ValueError(f"method must be one of {sorted(ROTATIONS)}; got {method!r}.")
+    check_bool(normalize, "normalize")
+    check_choice(method, "method", sorted(ROTATIONS))
     values = _check_options(method, options)
-    if not isinstance(tol, numbers.Real) or not (0.0 < tol < np.inf):
-        raise ValueError(f"tol must be a positive finite number; got {tol!r}.")
-    if not isinstance(max_iter, numbers.Integral) or isinstance(max_iter, bool) or max_iter < 1:
-        raise ValueError(f"max_iter must be a positive integer; got {max_iter!r}.")
+    check_number(tol, "tol", low=0.0, low_open=True)
+    check_number(max_iter, "max_iter", integer=True, low=1)
     d, k = lmat.shape
     identity = np.eye(k)
     if k == 1:
@@ -395,9 +386,12 @@ def rotate(
             f"{np.linalg.matrix_rank(lmat)}."
         )
 
-    norms = np.linalg.norm(lmat, axis=1)
+    # Rotations do not depend on the scale of L: a power of two near its largest entry is divided
+    # out first (exactly), so that the row norms neither overflow nor underflow.
+    unit = _power_of_two(lmat)
+    norms = np.linalg.norm(lmat / unit, axis=1)
     weights = np.where(norms > 0.0, norms, 1.0) if normalize else np.ones(d)
-    scaled = lmat / weights[:, None]
+    scaled = lmat / unit / weights[:, None]
     largest = np.max(np.linalg.norm(scaled, axis=1))
     if largest == 0.0:  # all loadings are zero: every rotation is optimal
         return Rotation(lmat.copy(), identity, identity.copy(), method, 0, True)
@@ -415,7 +409,7 @@ def rotate(
         matrix = np.linalg.solve(t, identity).T
         phi = t.T @ t
     elif method == "promax":
-        matrix = t @ _promax_matrix(lmat @ t, values["power"])
+        matrix = t @ _promax_matrix(lmat / unit @ t, values["power"])
         matrix_inv = np.linalg.solve(matrix, identity)
         phi = matrix_inv @ matrix_inv.T
     else:
@@ -473,6 +467,15 @@ def procrustes(source: Any, target: Any) -> tuple[np.ndarray, np.ndarray]:
         )
     src = _check_loadings(np.reshape(np.asarray(source), (-1, shape[-1])), "source")
     src = src.reshape(shape)
-    u, _, vt = np.linalg.svd(np.swapaxes(src, -1, -2) @ target_arr)
+    # R does not depend on the scales of source and target: powers of two near their largest
+    # entries are divided out first (exactly), so that source^T target cannot overflow.
+    cross = np.swapaxes(src / _power_of_two(src), -1, -2) @ (target_arr / _power_of_two(target_arr))
+    u, _, vt = np.linalg.svd(cross)
     matrix = u @ vt
     return src @ matrix, matrix
+
+
+def _power_of_two(arr: np.ndarray) -> float:
+    """A power of two at or above the largest ``|entry|`` (1 for zeros)."""
+    top = float(np.abs(arr).max(initial=0.0))
+    return math.ldexp(1.0, math.frexp(top)[1]) if top > 0 else 1.0

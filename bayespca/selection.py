@@ -65,18 +65,25 @@ analysis. J. R. Stat. Soc. B 61(3), 611-622.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 from scipy import integrate, optimize, special
 
+from bayespca.linalg import decompose
+from bayespca.params import check_bool, check_choice, check_number
+from bayespca.statistics import prepare
+
 __all__ = [
     "METHODS",
+    "OPTIONS",
     "Selection",
     "gavish_donoho_lambda",
     "gavish_donoho_omega",
     "marchenko_pastur_median",
+    "minka_log_evidence",
     "select_from_singular_values",
     "select_n_components",
 ]
@@ -92,6 +99,14 @@ METHODS = (
     "mle",
     "profile-likelihood",
 )
+
+#: Options of :func:`select_from_singular_values`, and the methods that use each.
+_USED_BY = {
+    "threshold": ("variance",),
+    "noise_std": ("gavish-donoho", "aic", "bic", "gaic", "rank"),
+    "tau": ("rank",),
+}
+OPTIONS = tuple(_USED_BY)
 
 
 @dataclass(frozen=True)
@@ -250,8 +265,31 @@ def _noise_sigma(s: np.ndarray, n: int, d: int) -> float:
     return float(np.median(s) / np.sqrt(large * marchenko_pastur_median(small / large)))
 
 
-def _minka_log_evidence(spectrum: np.ndarray, k: int, n: int) -> float:
-    """Minka's Laplace approximation of log p(X | k), as scikit-learn computes it."""
+def minka_log_evidence(spectrum: np.ndarray, k: int, n: int) -> float:
+    """Minka's (2000) Laplace approximation of ``log p(X | k)``, as scikit-learn computes it.
+
+    Parameters
+    ----------
+    spectrum : ndarray of shape (d,)
+        Sample-covariance eigenvalues ``s_j^2 / (n - 1)``, descending.
+    k : int
+        Number of components, ``1 <= k < d``.
+    n : int
+        Number of samples.
+
+    Returns
+    -------
+    float
+        ``-inf`` when the k-th eigenvalue is below 1e-15 (scikit-learn's cut).
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> X = load_iris().data
+    >>> spectrum = np.linalg.svd(X - X.mean(0), compute_uv=False) ** 2 / 149
+    >>> round(minka_log_evidence(spectrum, 2, 150), 4)  # scikit-learn's test value: 420.9353768
+    420.9354
+    """
     d = spectrum.size
     if spectrum[k - 1] < 1e-15:
         return -np.inf
@@ -280,9 +318,37 @@ def _profile_two_groups(lam: np.ndarray) -> np.ndarray:
     for q in range(1, m):
         a, b = lam[:q], lam[q:]
         ss = ((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()
-        var = max(ss / m, 1e-300 * max(lam.max() ** 2, 1e-300))
+        var = max(ss / m, 1e-300 * lam.max() ** 2, np.finfo(float).tiny)  # ties, or no variance at all
         out[q - 1] = -0.5 * (m * np.log(2 * np.pi * var) + ss / var)
     return out
+
+
+def _check_singular_values(singular_values, n: int, d: int) -> np.ndarray:
+    s = np.asarray(singular_values, dtype=float)
+    m = min(n, d)
+    if s.ndim != 1 or s.size != m:
+        raise ValueError(
+            f"singular_values must hold all min(n_samples, n_features) = {m} values; got shape {s.shape}."
+        )
+    if not np.all(np.isfinite(s)) or np.any(s < 0) or np.any(np.diff(s) > 0):
+        raise ValueError(
+            "singular_values must be finite, non-negative and descending; got "
+            f"{np.array2string(s, threshold=6)}."
+        )
+    return s
+
+
+def _check_options(method: str, threshold, noise_std, tau) -> None:
+    given = {"threshold": threshold, "noise_std": noise_std, "tau": tau}
+    for name, value in given.items():
+        if value is not None and method not in _USED_BY[name]:
+            raise ValueError(
+                f"{name} is used by method in {list(_USED_BY[name])} only; got {name}={value!r} with "
+                f"method={method!r}, which would ignore it."
+            )
+    check_number(threshold, "threshold", low=0.0, high=1.0, low_open=True, high_open=True, allow_none=True)
+    check_number(noise_std, "noise_std", low=0.0, low_open=True, allow_none=True)
+    check_number(tau, "tau", low=0.0, allow_none=True)
 
 
 def select_from_singular_values(
@@ -297,45 +363,86 @@ def select_from_singular_values(
 ) -> Selection:
     """Apply a rule of :data:`METHODS` to the singular values of the centred data.
 
+    Every rule is scale-free: scaling the data by ``c`` scales the singular
+    values, ``noise_std`` and ``sqrt(tau)`` by ``c`` and leaves the choice
+    unchanged. The rules are evaluated on ``s / u`` (``u`` a power of two
+    near ``s_1``, an exact division) and their criteria mapped back, so any
+    representable spectrum works; thresholds that scikit-learn's Minka
+    evidence applies to eigenvalues (1e-15) are relative to ``u^2``.
+
     Parameters
     ----------
     singular_values : array-like of shape (m,)
         All ``m = min(n_samples, n_features)`` singular values of the centred
-        data, descending.
-    n_samples, n_features : int
+        data: finite, non-negative, descending.
+    n_samples : int
+        At least 2.
+    n_features : int
+        At least 1.
     method : str, default="mle"
         See the module docstring.
     threshold : float, optional
-        For ``"variance"``: the explained-variance fraction in (0, 1), default 0.9.
+        For ``"variance"`` only: the explained-variance fraction in (0, 1), default 0.9.
     noise_std : float, optional
-        Known noise standard deviation ``sigma`` for ``"gavish-donoho"``,
+        Known noise standard deviation ``sigma > 0`` for ``"gavish-donoho"``,
         ``"aic"``, ``"bic"``, ``"gaic"`` and ``"rank"``; estimated when None.
     tau : float, optional
-        For ``"rank"``: the price of one unit of rank, on the scale of squared
-        singular values; by default the squared largest singular value of pure
-        noise, ``(sigma (sqrt(n) + sqrt(d)))^2``.
+        For ``"rank"`` only: the price ``>= 0`` of one unit of rank, on the
+        scale of squared singular values; by default the squared largest
+        singular value of pure noise, ``(sigma (sqrt(n) + sqrt(d)))^2``.
 
     Returns
     -------
     Selection
+
+    Raises
+    ------
+    ValueError
+        An unknown method, singular values that are not as above, an option
+        out of range or one the method does not use.
 
     Examples
     --------
     >>> s = np.array([10.0, 8.0, 1.0, 0.9, 0.8])
     >>> select_from_singular_values(s, 100, 5, "variance", threshold=0.95).n_components
     2
+    >>> select_from_singular_values(s * 1e-200, 100, 5, "gavish-donoho").n_components
+    2
     """
-    s = np.asarray(singular_values, dtype=float)
-    n, d = int(n_samples), int(n_features)
-    m = s.size
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {list(METHODS)}; got {method!r}.")
-    if m != min(n, d) or m == 0:
+    check_choice(method, "method", METHODS)
+    n = check_number(n_samples, "n_samples", integer=True, low=2)
+    d = check_number(n_features, "n_features", integer=True, low=1)
+    s = _check_singular_values(singular_values, n, d)
+    _check_options(method, threshold, noise_std, tau)
+    unit = math.ldexp(1.0, math.frexp(s[0])[1]) if s[0] > 0 else 1.0
+    working = _rule(s / unit, n, d, method, threshold,
+                    None if noise_std is None else noise_std / unit,
+                    None if tau is None else tau / unit / unit)
+    criterion = working.criterion
+    thr = None if working.threshold is None else np.float64(working.threshold)
+    with np.errstate(over="ignore"):  # numpy scalars: overflow gives inf, checked below
+        if method in ("aic", "bic", "gaic", "rank"):
+            criterion, thr = criterion * unit * unit, None if thr is None else thr * unit * unit
+        elif method == "gavish-donoho":
+            criterion, thr = criterion * unit, thr * unit
+        elif method == "mle":  # log-evidence of data in units of u: add the Jacobian
+            criterion = criterion - n * d * math.log(unit)
+        elif method == "profile-likelihood":  # a Gaussian log-likelihood of u^2-scaled values
+            criterion = criterion - 2 * s.size * math.log(unit) if s.size >= 3 else criterion
+    if not np.array_equal(np.isfinite(criterion), np.isfinite(working.criterion)) or (
+        thr is not None and not np.isfinite(thr)
+    ):
         raise ValueError(
-            f"singular_values must hold all min(n_samples, n_features) = {min(n, d)} values; got {m}."
+            f"The {method!r} criterion of singular values up to {s[0]:.3g} overflows float64; "
+            "rescale the data (the choice of n_components does not depend on their scale)."
         )
-    if noise_std is not None and not (np.isfinite(noise_std) and noise_std > 0):
-        raise ValueError(f"noise_std must be a positive finite float; got {noise_std!r}.")
+    thr = None if thr is None else float(thr)
+    return Selection(method, working.n_components, working.candidates, criterion, thr, working.rule, s, n, d)
+
+
+def _rule(s, n, d, method, threshold, noise_std, tau) -> Selection:
+    """The rule on singular values ``s`` of moderate size (see :func:`select_from_singular_values`)."""
+    m = s.size
     s2 = s**2
     total = s2.sum()
 
@@ -345,9 +452,7 @@ def select_from_singular_values(
 
     ks = np.arange(m + 1)
     if method == "variance":
-        thr = 0.9 if threshold is None else threshold
-        if not (isinstance(thr, float | int) and 0.0 < thr < 1.0):
-            raise ValueError(f"threshold must be a float in (0, 1) for method='variance'; got {thr!r}.")
+        thr = 0.9 if threshold is None else float(threshold)
         cum = np.concatenate([[0.0], np.cumsum(s2) / total]) if total > 0 else np.zeros(m + 1)
         above = np.flatnonzero(cum > thr)
         k = int(above[0]) if above.size else m
@@ -374,7 +479,7 @@ def select_from_singular_values(
         cand = np.arange(1, d)
         if cand.size == 0:
             return result(1, [1], [0.0], None, "a single feature: k = 1")
-        ll = np.array([_minka_log_evidence(spectrum, k, n) for k in cand])
+        ll = np.array([minka_log_evidence(spectrum, k, n) for k in cand])
         return result(cand[int(np.argmax(ll))], cand, ll, None,
                       "argmax over k = 1..d-1 of Minka's Laplace log-evidence")
     if method == "profile-likelihood":
@@ -398,8 +503,6 @@ def select_from_singular_values(
         return result(int(np.sum(s > thr)), ks[1:], s, thr, f"number of singular values > {how}")
     if method == "rank":
         t = (sigma * (np.sqrt(n) + np.sqrt(d))) ** 2 if tau is None else float(tau)
-        if not (np.isfinite(t) and t >= 0):
-            raise ValueError(f"tau must be a non-negative finite float; got {tau!r}.")
         tail = total - np.concatenate([[0.0], np.cumsum(s2)])
         crit = tail + t * ks
         return result(int(np.argmin(crit)), ks, crit, t,
@@ -438,8 +541,13 @@ def select_n_components(X, method: str = "mle", *, standardize: bool = False, **
     >>> select_n_components(load_iris().data, "mle").n_components
     3
     """
-    from bayespca.pca import PCA
-
-    pca = PCA(standardize=standardize, solver="auto").fit(X)
-    return select_from_singular_values(pca.singular_values_, pca.n_samples_, pca.n_features_in_,
-                                       method, **options)
+    check_choice(method, "method", METHODS)
+    check_bool(standardize, "standardize")
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TypeError(f"select_n_components got unknown options {unknown}; accepted: {list(OPTIONS)}.")
+    # validate_fit records what it saw on an estimator; this one is named for the messages.
+    data = prepare(type("select_n_components", (), {})(), X, allow_nan=False)
+    dec = decompose(data.X, data.mean, None, standardize=standardize)
+    s = dec.svd.singular_values * (1.0 if standardize else data.scale)
+    return select_from_singular_values(s, data.n, data.d, method, **options)

@@ -47,7 +47,6 @@ iterations. SIAM Journal on Numerical Analysis 49(4), 1715-1735.
 
 from __future__ import annotations
 
-import numbers
 import warnings
 from typing import Any, NamedTuple
 
@@ -56,27 +55,60 @@ import scipy.linalg
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.exceptions import ConvergenceWarning
 
-from bayespca.data import as_float_matrix, check_is_fitted, validate_fit, validate_transform
-from bayespca.linalg import centred_scatter, eigh_top, flip_signs, svd_covariance, svd_gram
+from bayespca.data import as_float_matrix, validate_scores, validate_transform
+from bayespca.linalg import (
+    centred_scatter,
+    eigh_top,
+    exact_means,
+    flip_signs,
+    standardized,
+    svd_covariance,
+    svd_gram,
+)
+from bayespca.params import as_generator, check_bool, check_choice, check_number, check_seed
+from bayespca.statistics import prepare
 
-__all__ = ["SparsePCA", "adjusted_variance", "sparse_pca_path"]
+__all__ = ["Scatter", "SparsePCA", "adjusted_variance", "elastic_net_step", "sparse_pca_path"]
 
 SOLVERS = ("auto", "covariance", "data")
 
 # ------------------------------------------------------------------ functional core
-class _Scatter:
+class Scatter:
     """Columns and products of ``S = Xc^T Xc / n``, from the dense matrix or from the data.
 
     ``dense`` holds ``S`` (``d <= n``: one ``O(n d^2)`` pass, after which no
     step depends on ``n``). Otherwise ``root = Xc / sqrt(n)`` is kept and a
     column of ``S`` is computed (``O(n d)``) the first time its feature enters
     an active set, so the ``d x d`` matrix is never formed.
+
+    Examples
+    --------
+    >>> Xc = np.array([[1.0, 0.0], [-1.0, 2.0], [0.0, -2.0]])
+    >>> a, b = Scatter(dense=Xc.T @ Xc / 3), Scatter(root=Xc / np.sqrt(3))
+    >>> bool(np.allclose(a.columns(np.array([1])), b.columns(np.array([1]))))
+    True
     """
 
     def __init__(self, *, dense: np.ndarray | None = None, root: np.ndarray | None = None):
         self.dense, self.root = dense, root
         self.diag = np.diag(dense).copy() if dense is not None else np.einsum("ij,ij->j", root, root)
         self._cache: dict[int, np.ndarray] = {}
+        self._spectrum: tuple[np.ndarray, np.ndarray] | None = None
+
+    def spectrum(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(e, Q)`` with ``S = Q diag(e) Q^T``, ``Q`` of shape (d, r), ``e >= 0``; computed once.
+
+        From ``eigh(S)`` (dense) or the thin SVD of ``root``, so ``r <= min(n, d)``
+        in the second case.
+        """
+        if self._spectrum is None:
+            if self.dense is not None:
+                e, Q = scipy.linalg.eigh(self.dense, check_finite=False)
+                self._spectrum = np.clip(e, 0.0, None), Q
+            else:
+                _, sv, vt = scipy.linalg.svd(self.root, full_matrices=False, check_finite=False)
+                self._spectrum = sv**2, vt.T
+        return self._spectrum
 
     def columns(self, idx: np.ndarray) -> np.ndarray:
         """``S[:, idx]``, shape (d, len(idx))."""
@@ -129,7 +161,7 @@ def _null_step(Q, x):
     return x
 
 
-def _elastic_net(scatter, c, b, l1, l2, max_rounds):
+def _elastic_net(scatter, c, b, l1, l2, max_rounds) -> tuple[np.ndarray, bool]:
     """Exact ``argmin_b f(b) = 1/2 b^T S b - c^T b + l2/2 |b|^2 + l1 |b|_1`` by feature-sign search.
 
     Feature-sign search (Lee, Battle, Raina & Ng 2007) guesses the signs of
@@ -142,10 +174,18 @@ def _elastic_net(scatter, c, b, l1, l2, max_rounds):
     :func:`_null_step`) then shrinks the active set. Warm started from the
     previous B-step the signs are usually right and a single solve suffices,
     which is what makes the alternation cheap.
+
+    In exact arithmetic ``f`` falls at every step, so no active set and
+    signs can come back; when rounding makes them come back (an
+    ill-conditioned active block with a penalty far below the rounding of
+    ``S b``) the point reached is the minimiser to rounding and is returned.
+    Returns ``(b, finished)``; ``finished`` is False only when
+    ``max_rounds`` ran out first.
     """
     active = np.flatnonzero(b)
     b = b.copy()
     slack = 1e-12 * (np.abs(c).max(initial=0.0) + l1)  # KKT violations below this are rounding
+    seen = set()
     for _ in range(max_rounds):
         cols = scatter.columns(active)
         if active.size:
@@ -162,7 +202,7 @@ def _elastic_net(scatter, c, b, l1, l2, max_rounds):
                 x_new = _line_search(Q, c[active], l1, x, x_new)
                 if x_new is None:  # no lower point: the minimiser, up to rounding
                     b[active] = np.where(np.abs(x) > np.finfo(float).tiny, x, 0.0)
-                    return b
+                    return b, True
                 b[active] = x_new
                 active = active[x_new != 0.0]
                 continue  # re-solve on the repaired active set before adding features
@@ -170,16 +210,15 @@ def _elastic_net(scatter, c, b, l1, l2, max_rounds):
         residual = c - cols @ b[active]
         residual[active] = 0.0
         worst = int(np.argmax(np.abs(residual)))
-        if np.abs(residual[worst]) <= l1 + slack:
-            return b
+        pattern = (active.tobytes(), np.sign(b[active]).tobytes())
+        if np.abs(residual[worst]) <= l1 + slack or pattern in seen:
+            return b, True
+        seen.add(pattern)
         # From the optimum on the current active set the added coefficient
         # moves in the direction of its residual: a tiny seed fixes its sign.
         b[worst] = np.sign(residual[worst]) * np.finfo(float).tiny
         active = np.sort(np.append(active, worst))
-    raise RuntimeError(
-        f"SparsePCA's elastic-net step did not finish in {max_rounds} feature-sign rounds; "
-        "please report this with the data."
-    )
+    return b, False
 
 
 def _line_search(Q, c, l1, x, x_new):
@@ -203,28 +242,47 @@ def _line_search(Q, c, l1, x, x_new):
     return points[best]
 
 
-def _elastic_net_step(scatter, A, B, l1, l2):
+def elastic_net_step(scatter: Scatter, A: np.ndarray, B: np.ndarray, l1: float, l2: float):
     """The B-step: for each column j, ``argmin_b 1/2 b^T S b - (S a_j)^T b + l2/2 |b|^2 + l1 |b|_1``.
 
     This is the elastic net of ``Xc a_j`` on ``Xc`` with scikit-learn's
-    scaling, warm started from ``B``. Returns ``(B, S B)``.
+    scaling, warm started from ``B``. The ridge-only problem has the closed
+    form ``B = Q diag(e / (e + l2)) Q^T A`` on the spectrum of ``S``, exact
+    for any ``l2 > 0`` however small against ``S``; the others are solved by
+    feature-sign search.
+
+    Returns
+    -------
+    B, SB : ndarrays of shape (d, k)
+        The solution and ``S B``.
+    finished : bool
+        False when a feature-sign search ran out of rounds (its last point is kept).
+
+    Examples
+    --------
+    >>> S = np.array([[2.0, 0.0], [0.0, 1.0]])
+    >>> B, _, _ = elastic_net_step(Scatter(dense=S), np.eye(2), np.zeros((2, 2)), 0.5, 0.0)
+    >>> B  # soft-thresholded: (S a_j - l1 sign) / S_jj
+    array([[0.75, 0.  ],
+           [0.  , 0.5 ]])
     """
     d, k = A.shape
     if l1 == 0.0 and l2 == 0.0:  # no penalty: b_j = a_j (the only minimiser when S is regular)
-        return A.copy(), scatter.times(A)
+        return A.copy(), scatter.times(A), True
     C = scatter.times(A)
-    if l1 == 0.0:  # ridge: (S + l2 I) B = S A, in the smaller of the two dimensions
-        if scatter.dense is not None:
-            B = scipy.linalg.solve(scatter.dense + l2 * np.eye(d), C, assume_a="pos", check_finite=False)
-        else:  # push-through identity: (R^T R + l2 I)^-1 R^T = R^T (R R^T + l2 I)^-1
-            R = scatter.root
-            B = R.T @ scipy.linalg.solve(R @ R.T + l2 * np.eye(R.shape[0]), R @ A, assume_a="pos",
-                                         check_finite=False)
-        return B, C - l2 * B  # (S + l2 I) B = C
+    if l1 == 0.0:
+        e, Q = scatter.spectrum()
+        B = Q @ ((e / (e + l2))[:, None] * (Q.T @ A))
+        return B, C - l2 * B, True  # (S + l2 I) B = C
     max_rounds = 10 * d + 100
-    B = np.column_stack([_elastic_net(scatter, C[:, j], B[:, j], l1, l2, max_rounds) for j in range(k)])
+    columns, finished = [], True
+    for j in range(k):
+        b, done = _elastic_net(scatter, C[:, j], B[:, j], l1, l2, max_rounds)
+        columns.append(b)
+        finished &= done
+    B = np.column_stack(columns)
     support = np.flatnonzero(np.any(B != 0.0, axis=1))
-    return B, scatter.columns(support) @ B[support]
+    return B, scatter.columns(support) @ B[support], finished
 
 
 def _procrustes_step(M, A_old):
@@ -252,6 +310,7 @@ class _Solution(NamedTuple):
     B: np.ndarray  # (d, k) elastic-net coefficients
     n_iter: int
     converged: bool
+    exact_steps: bool  # every B-step kept finished its feature-sign search
 
 
 def _objective(scatter, A, B, SB, l1, l2) -> float:
@@ -284,7 +343,7 @@ def _alternate(scatter, A, B, l1, l2, tol, max_iter, memory=5):
 
     Returns the last ``A`` with ``B = B(A)``, its elastic-net solution.
     """
-    B, SB = _elastic_net_step(scatter, A, B, l1, l2)
+    B, SB, exact = elastic_net_step(scatter, A, B, l1, l2)
     value = _objective(scatter, A, B, SB, l1, l2)
     iterates, images = [], []
     for it in range(1, max_iter + 1):
@@ -297,20 +356,21 @@ def _alternate(scatter, A, B, l1, l2, tol, max_iter, memory=5):
             weights = np.linalg.lstsq(np.diff(residuals, axis=0).T, residuals[-1], rcond=None)[0]
             mixed = images[-1] - np.diff(np.array(images), axis=0).T @ weights
             A_try = _polar(mixed.reshape(A.shape))
-            B_try, SB_try = _elastic_net_step(scatter, A_try, B, l1, l2)
+            B_try, SB_try, done = elastic_net_step(scatter, A_try, B, l1, l2)
             value_try = _objective(scatter, A_try, B_try, SB_try, l1, l2)
             if value_try <= value:
-                step = A_try, B_try, SB_try, value_try
+                step = A_try, B_try, SB_try, value_try, done
             else:
                 iterates, images = [], []
         if step is None:
-            B_plain, SB_plain = _elastic_net_step(scatter, plain, B, l1, l2)
-            step = plain, B_plain, SB_plain, _objective(scatter, plain, B_plain, SB_plain, l1, l2)
+            B_plain, SB_plain, done = elastic_net_step(scatter, plain, B, l1, l2)
+            step = plain, B_plain, SB_plain, _objective(scatter, plain, B_plain, SB_plain, l1, l2), done
         change, size = np.linalg.norm(step[1] - B), np.linalg.norm(B)
-        A, B, SB, value = step
+        A, B, SB, value, done = step
+        exact &= done
         if change <= tol * size or change == 0.0:
-            return _Solution(A, B, it, True)
-    return _Solution(A, B, max_iter, False)
+            return _Solution(A, B, it, True, exact)
+    return _Solution(A, B, max_iter, False, exact)
 
 
 def _normalise(B):
@@ -362,10 +422,11 @@ class _Problem(NamedTuple):
     centre: np.ndarray  # mean to subtract from Xw
     mean: np.ndarray
     scale: np.ndarray
-    scatter: _Scatter
+    scatter: Scatter
     total_variance: float  # trace of the sample covariance (ddof = 1)
     A0: np.ndarray  # initial directions (d, k)
     solver: str
+    unit: float  # data units (or 1 when standardized) = unit x working units
 
 
 class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -418,8 +479,9 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
     tol : float, default=1e-6
         Stop when ``||B_new - B||_F <= tol ||B||_F``. Each B-step is solved
         exactly (to rounding).
-    random_state : int, numpy Generator or None, default=None
-        Seed of ``init="random"``.
+    random_state : None, int >= 0, numpy Generator or RandomState, default=None
+        Seed of ``init="random"`` (checked whatever ``init`` is;
+        :mod:`bayespca.params`).
 
     Attributes
     ----------
@@ -461,6 +523,15 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
     (scikit-learn's ``SparsePCA.transform`` is the same regression with a
     ridge, ``ridge_alpha=0.01`` by default, so it is not exact on the span.)
     ``explained_variance_`` uses ZHT's scores ``Xc V^T`` instead.
+
+    The data are fitted in power-of-two units (:func:`bayespca.statistics.prepare`),
+    with ``alpha`` divided alike, so ``SparsePCA(alpha=a c^2).fit(c X)`` is
+    ``SparsePCA(alpha=a).fit(X)`` with variances and the criterion times ``c^2``
+    (with ``standardize=True`` the data have no units and ``alpha=a`` fits both).
+    When a feature-sign search comes back to a sign pattern it has left (only
+    rounding can do that: a penalty far below the rounding of ``S b``), its
+    point is the minimiser to rounding; should one ever run out of rounds, a
+    ``ConvergenceWarning`` says so.
 
     The criterion is not convex: the solution is a stationary point reached
     from ``init``, each iteration lowering the criterion. ZHT's principal-axes
@@ -511,31 +582,27 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         self.random_state = random_state
 
     # ------------------------------------------------------------ validation
-    def _check_params(self, n: int, d: int) -> int:
-        """Validate hyper-parameters; return the number of components."""
-        m = min(n, d)
-        k = self.n_components
-        accepted = f"None or an int in [1, min(n_samples, n_features)] = [1, {m}]"
-        if k is None:
-            k = m
-        elif isinstance(k, bool | np.bool_) or not isinstance(k, numbers.Integral):
-            raise TypeError(f"n_components must be {accepted}; got {type(k).__name__} {k!r}.")
-        elif not 1 <= k <= m:
-            raise ValueError(f"n_components must be {accepted}; got {k}.")
+    def _check_params(self) -> None:
+        """Validate the hyper-parameters that do not depend on the data."""
+        check_number(self.n_components, "n_components", integer=True, low=1, allow_none=True)
         _check_penalty(self.alpha, self.l1_ratio)
-        if self.solver not in SOLVERS:
-            raise ValueError(f"solver must be one of {list(SOLVERS)}; got {self.solver!r}.")
-        if not isinstance(self.standardize, bool | np.bool_):
-            raise TypeError(f"standardize must be a bool; got {self.standardize!r}.")
-        if isinstance(self.max_iter, bool | np.bool_) or not (
-            isinstance(self.max_iter, numbers.Integral) and self.max_iter >= 1
-        ):
-            raise ValueError(f"max_iter must be an int >= 1; got {self.max_iter!r}.")
-        if isinstance(self.tol, bool | np.bool_) or not (
-            isinstance(self.tol, numbers.Real) and np.isfinite(self.tol) and self.tol > 0
-        ):
-            raise ValueError(f"tol must be a finite float > 0; got {self.tol!r}.")
-        return int(k)
+        check_choice(self.solver, "solver", SOLVERS)
+        check_bool(self.standardize, "standardize")
+        check_number(self.max_iter, "max_iter", integer=True, low=1)
+        check_number(self.tol, "tol", low=0.0, low_open=True)
+        check_seed(self.random_state)
+        if isinstance(self.init, str):
+            check_choice(self.init, "init", ("pca", "random"))
+
+    def _n_components(self, n: int, d: int) -> int:
+        m = min(n, d)
+        k = m if self.n_components is None else int(self.n_components)
+        if k > m:
+            raise ValueError(
+                f"n_components must be None or an int in [1, min(n_samples, n_features)] = [1, {m}]; "
+                f"got {k}."
+            )
+        return k
 
     def _initial_directions(self, Xw, centre, scatter, k) -> np.ndarray:
         n, d = Xw.shape
@@ -548,7 +615,7 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
                 svd = svd_gram(Xw, centre, k) if n < d else svd_covariance(Xw, centre, k)
                 return svd.components.T
             if init == "random":
-                gauss = np.random.default_rng(self.random_state).standard_normal((d, k))
+                gauss = as_generator(self.random_state).standard_normal((d, k))
                 return np.linalg.qr(gauss)[0]
             raise ValueError(f"init must be 'pca', 'random' or an array of shape ({k}, {d}); got {init!r}.")
         given = as_float_matrix(init, name="init")
@@ -564,27 +631,28 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         return u @ vt
 
     def _prepare(self, X) -> tuple[_Problem, int]:
-        Xw = validate_fit(self, X).X
-        n, d = Xw.shape
-        k = self._check_params(n, d)
-        mean = Xw.mean(axis=0)
-        scale = np.ones(d)
-        centre = mean
+        self._check_params()
+        data = prepare(self, X, allow_nan=False)
+        n, d = data.n, data.d
+        k = self._n_components(n, d)
+        Xw, unit = data.X, data.scale
+        mean = exact_means(Xw, data.mean)[0]
+        centre, scale = mean, np.ones(d)
         if self.standardize:
-            std = Xw.std(axis=0, ddof=1)
-            scale = np.where(std > 0, std, 1.0)
-            Xw = (Xw - mean) / scale
-            centre = np.zeros(d)
+            Xw, std = standardized(Xw, centre)
+            scale, centre, unit = std * unit, np.zeros(d), 1.0  # standardized data have no units
         solver = self.solver if self.solver != "auto" else ("covariance" if d <= n else "data")
         if solver == "covariance":
-            scatter = _Scatter(dense=centred_scatter(Xw, centre) / n)
+            scatter = Scatter(dense=centred_scatter(Xw, centre) / n)
         else:
-            scatter = _Scatter(root=(Xw - centre) / np.sqrt(n))
+            scatter = Scatter(root=(Xw - centre) / np.sqrt(n))
         total_variance = float(scatter.diag.sum()) * n / (n - 1)
-        if not np.isfinite(total_variance):
-            raise ValueError("X has values so large that its covariance overflows float64; rescale X.")
         A0 = self._initial_directions(Xw, centre, scatter, k)
-        return _Problem(Xw, centre, mean, scale, scatter, total_variance, A0, solver), k
+        return _Problem(Xw, centre, mean * data.scale, scale, scatter, total_variance, A0, solver, unit), k
+
+    def _penalties(self, alpha: float, unit: float) -> tuple[float, float]:
+        """Lasso and ridge weights in working units (``S`` there is ``S_data / unit^2``)."""
+        return alpha * self.l1_ratio / unit**2, alpha * (1.0 - self.l1_ratio) / unit**2
 
     # ------------------------------------------------------------------ fit
     def fit(self, X, y=None):
@@ -600,7 +668,7 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         self
         """
         problem, k = self._prepare(X)
-        l1, l2 = self.alpha * self.l1_ratio, self.alpha * (1.0 - self.l1_ratio)
+        l1, l2 = self._penalties(self.alpha, problem.unit)
         d = problem.Xw.shape[1]
         solution = _alternate(problem.scatter, problem.A0, np.zeros((d, k)), l1, l2, self.tol, self.max_iter)
         if not solution.converged:
@@ -610,6 +678,7 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
                 ConvergenceWarning,
                 stacklevel=2,
             )
+        _warn_inexact(solution, [self.alpha])
         self._store(problem, solution, l1, l2)
         return self
 
@@ -629,15 +698,16 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         scores = (problem.Xw - problem.centre) @ V.T
         ev = adjusted_variance(scores)
         n = problem.Xw.shape[0]
+        unit2 = problem.unit**2
         self.components_ = V
         self.coef_ = solution.B.T * signs[:, None]
         self.directions_ = solution.A.T * signs[:, None]
-        self.explained_variance_ = ev
+        self.explained_variance_ = ev * unit2
         total = problem.total_variance
         self.explained_variance_ratio_ = ev / total if total > 0 else np.zeros_like(ev)
         self.n_nonzero_ = np.count_nonzero(V, axis=1)
         SB = problem.scatter.times(solution.B)
-        self.objective_ = _objective(problem.scatter, solution.A, solution.B, SB, l1, l2)
+        self.objective_ = _objective(problem.scatter, solution.A, solution.B, SB, l1, l2) * unit2
         self.mean_ = problem.mean
         self.scale_ = problem.scale
         self.n_components_ = V.shape[0]
@@ -674,13 +744,7 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         -------
         ndarray of shape (n_samples, n_features)
         """
-        check_is_fitted(self)
-        Z = as_float_matrix(X, name="X")
-        if Z.shape[1] != self.n_components_:
-            raise ValueError(
-                f"X has {Z.shape[1]} columns, but inverse_transform expects n_components_ = "
-                f"{self.n_components_} score columns."
-            )
+        Z = validate_scores(self, X)
         return (Z @ self.components_) * self.scale_ + self.mean_
 
     @property
@@ -693,13 +757,21 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         return tags
 
 
+def _warn_inexact(solution: _Solution, alphas) -> None:
+    if not solution.exact_steps:
+        warnings.warn(
+            f"SparsePCA's elastic-net steps at alpha={alphas} ran out of feature-sign rounds; the "
+            "loadings are the last point reached, not an exact minimiser. This happens when the "
+            "penalty is far below the rounding of X's covariance: raise alpha or add a ridge part "
+            "(l1_ratio < 1).",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+
+
 def _check_penalty(alpha: Any, l1_ratio: Any) -> None:
-    for name, value, upper in (("alpha", alpha, np.inf), ("l1_ratio", l1_ratio, 1.0)):
-        if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
-            raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r}.")
-        if not 0.0 <= value <= upper or not np.isfinite(value):
-            accepted = "a finite float >= 0" if name == "alpha" else "a float in [0, 1]"
-            raise ValueError(f"{name} must be {accepted}; got {float(value)!r}.")
+    check_number(alpha, "alpha", low=0.0)
+    check_number(l1_ratio, "l1_ratio", low=0.0, high=1.0)
 
 
 # ------------------------------------------------------------------ path
@@ -759,34 +831,36 @@ def sparse_pca_path(
     estimator = SparsePCA(
         n_components, l1_ratio=l1_ratio, solver=solver, standardize=standardize, max_iter=max_iter, tol=tol
     )
-    problem, k = estimator._prepare(X)
     if alphas is None:
-        if isinstance(n_alphas, bool | np.bool_) or not (
-            isinstance(n_alphas, numbers.Integral) and n_alphas >= 1
-        ):
-            raise ValueError(f"n_alphas must be an int >= 1; got {n_alphas!r}.")
-        if not (isinstance(alpha_min_ratio, numbers.Real) and 0.0 < alpha_min_ratio < 1.0):
-            raise ValueError(f"alpha_min_ratio must be a float in (0, 1); got {alpha_min_ratio!r}.")
+        check_number(n_alphas, "n_alphas", integer=True, low=1)
+        check_number(alpha_min_ratio, "alpha_min_ratio", low=0.0, high=1.0, low_open=True, high_open=True)
+        check_number(l1_ratio, "l1_ratio", low=0.0, high=1.0)
         if l1_ratio == 0:
             raise ValueError("l1_ratio=0 has no L1 penalty, so no alpha makes loadings zero; pass alphas.")
-        alpha_max = np.abs(problem.scatter.times(problem.A0)).max() / l1_ratio
+    else:
+        alphas = np.sort(np.asarray(alphas, dtype=float).ravel())[::-1]
+        if alphas.size == 0:
+            raise ValueError("alphas is empty; give at least one penalty.")
+        for a in alphas:
+            _check_penalty(float(a), l1_ratio)
+    problem, k = estimator._prepare(X)
+    if alphas is None:
+        # The largest |S A_0| in working units, back in the units of alpha.
+        alpha_max = np.abs(problem.scatter.times(problem.A0)).max() / l1_ratio * problem.unit**2
         alphas = np.geomspace(alpha_max, alpha_max * alpha_min_ratio, n_alphas) if alpha_max > 0 else [0.0]
-    alphas = np.sort(np.asarray(alphas, dtype=float).ravel())[::-1]
-    if alphas.size == 0:
-        raise ValueError("alphas is empty; give at least one penalty.")
-    for a in alphas:
-        _check_penalty(a, l1_ratio)
     d = problem.Xw.shape[1]
     A, B = problem.A0, np.zeros((d, k))
-    rows, unconverged = [], []
+    rows, unconverged, inexact = [], [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # all-zero components are expected at large alpha
         for a in alphas:
-            l1, l2 = a * l1_ratio, a * (1.0 - l1_ratio)
+            l1, l2 = estimator._penalties(a, problem.unit)
             solution = _alternate(problem.scatter, A, B, l1, l2, tol, max_iter)
             A, B = solution.A, solution.B
             if not solution.converged:
                 unconverged.append(float(a))
+            if not solution.exact_steps:
+                inexact.append(float(a))
             estimator.set_params(alpha=a)._store(problem, solution, l1, l2)
             ratio = estimator.explained_variance_ratio_
             for j in range(k):
@@ -799,6 +873,8 @@ def sparse_pca_path(
                     "cumulative_explained_variance_ratio": ratio[: j + 1].sum(),
                     "n_iter": solution.n_iter,
                 })
+    if inexact:
+        _warn_inexact(solution._replace(exact_steps=False), inexact)
     if unconverged:
         warnings.warn(
             f"sparse_pca_path: the fits at alphas {unconverged} did not converge in max_iter={max_iter} "

@@ -73,6 +73,10 @@ def test_feature_names_are_kept_and_checked():
         (np.ones((3, 2)) * (1 + 1j), ValueError, "Complex data not supported"),
         (np.array([["a", "b"], ["c", "d"]]), TypeError, "non-numeric"),
         (np.array([[1, {}], [2, 3]], dtype=object), TypeError, "argument must be a string.* number"),
+        (np.array([["1.5", "2"], ["3", "4"]]), TypeError, "strings .* even if they look like numbers"),
+        (np.array([[1.0, None], [2.0, 3.0]], dtype=object), TypeError, "use NaN for missing values"),
+        (np.array([[1.0, 1j], [2.0, 3.0]], dtype=object), ValueError, "Complex data not supported"),
+        (pd.DataFrame({"a": [1.0, 2.0], "z": [1 + 1j, 2.0]}), ValueError, r"complex columns \['z'\]"),
         (np.array(["2020-01-01", "2020-01-02"], dtype="datetime64[D]")[:, None], TypeError, "not numeric"),
         (scipy.sparse.random(5, 3, density=0.5, format="csr"), TypeError, "sparse"),
         (np.array([[1.0, np.inf], [2.0, 3.0]]), ValueError, "infinity"),
@@ -141,10 +145,15 @@ def test_pca_gives_a_correct_result_or_a_documented_error(X):
     try:
         pca = PCA().fit(X)
     except (ValueError, TypeError) as exc:
-        # Documented refusals only: shape, size, non-finite values.
+        # Documented refusals only: shape, size, non-finite values, and a spread whose variances
+        # float64 cannot hold (the extreme-data policy: about 1e-152 .. 1e152).
         n, d = raw.shape
-        with np.errstate(invalid="ignore"):
-            bad = n < 2 or d < 1 or not np.all(np.isfinite(raw.astype(np.float64)))
+        with np.errstate(invalid="ignore", over="ignore"):
+            values = raw.astype(np.float64)
+            bad = n < 2 or d < 1 or not np.all(np.isfinite(values))
+            if not bad and "spread" in str(exc):
+                spread = np.sqrt(np.mean((values - values.mean(0)) ** 2))
+                bad = not 1e-153 <= spread <= 1e153
         assert bad, f"unexpected refusal: {exc}"
         return
     Xf = raw.astype(np.float64)

@@ -197,7 +197,8 @@ def test_remove_zero_eig_and_default_n_components_match_sklearn():
         ref = SklearnKernelPCA(kernel="linear", **params).fit(Z3)
         assert ours.n_components_ == ref.eigenvalues_.shape[0] == 3
         np.testing.assert_allclose(ours.eigenvalues_, ref.eigenvalues_, rtol=1e-10)
-    kept = KernelPCA(6, kernel="linear").fit(Z3)
+    with pytest.warns(UserWarning, match="3 non-zero eigenvalues, fewer than n_components = 6"):
+        kept = KernelPCA(6, kernel="linear").fit(Z3)
     np.testing.assert_array_equal(kept.eigenvalues_[3:], 0.0)
     np.testing.assert_array_equal(kept.transform(Z3)[:, 3:], 0.0)
 
@@ -207,7 +208,8 @@ def test_tiny_negative_eigenvalues_are_clipped_and_large_ones_are_an_error():
     H = np.eye(n) - 1.0 / n
     q, _ = np.linalg.qr(H @ RNG.standard_normal((n, 4)))  # orthonormal, orthogonal to 1
     K = q @ np.diag([5.0, 2.0, 1.0, -1e-11]) @ q.T
-    kpca = KernelPCA(4, kernel="precomputed").fit(K)
+    with pytest.warns(UserWarning, match="the last 1 components have eigenvalue 0"):
+        kpca = KernelPCA(4, kernel="precomputed").fit(K)
     np.testing.assert_allclose(kpca.eigenvalues_, [5.0, 2.0, 1.0, 0.0], atol=1e-12)
     K_bad = q @ np.diag([5.0, 2.0, 1.0, -0.5]) @ q.T
     with pytest.raises(ValueError, match=r"precomputed kernel matrix has eigenvalue -0\.5") as e:
@@ -265,7 +267,7 @@ def test_inverse_transform_errors():
     with pytest.raises(NotFittedError):
         KernelPCA(2, fit_inverse_transform=True).inverse_transform(np.zeros((1, 2)))
     kpca = KernelPCA(2, fit_inverse_transform=True).fit(X)
-    with pytest.raises(ValueError, match="X has 3 columns, but inverse_transform expects"):
+    with pytest.raises(ValueError, match="X has 3 columns, but KernelPCA.inverse_transform expects"):
         kpca.inverse_transform(np.zeros((1, 3)))
     with pytest.raises(ValueError, match="fit_inverse_transform with kernel='precomputed'"):
         KernelPCA(kernel="precomputed", fit_inverse_transform=True).fit(X @ X.T)
@@ -414,15 +416,17 @@ def test_nystroem_more_landmarks_than_points_warns_and_is_exact():
 @pytest.mark.parametrize(
     ("params", "error", "match"),
     [
-        (dict(n_components=0), ValueError, "n_components=0 is not valid"),
-        (dict(n_components=2.5), ValueError, "n_components=2.5 is not valid"),
-        (dict(solver="lobpcg"), ValueError, "solver='lobpcg' is not valid"),
-        (dict(approximation="svd"), ValueError, "approximation='svd' is not valid"),
-        (dict(n_approx=0, approximation="nystroem"), ValueError, "n_approx=0 is not valid"),
-        (dict(alpha=-1.0), ValueError, "alpha=-1.0 is not valid"),
+        (dict(n_components=0), ValueError, "n_components must be an int >= 1 or None; got 0"),
+        (dict(n_components=2.5), TypeError, "n_components must be an int >= 1 or None; got 2.5"),
+        (dict(solver="lobpcg"), ValueError, "solver must be one of .*; got 'lobpcg'"),
+        (dict(approximation="svd"), ValueError, "approximation must be one of .*; got 'svd'"),
+        (dict(n_approx=0, approximation="nystroem"), ValueError, "n_approx must be an int >= 1 or None"),
+        (dict(alpha=-1.0), ValueError, "alpha must be a finite number >= 0; got -1.0"),
         (dict(kernel="gauss"), ValueError, "kernel='gauss' is not a known kernel"),
-        (dict(gamma=-0.1), ValueError, "gamma=-0.1"),
-        (dict(degree=-1), ValueError, "degree=-1"),
+        (dict(gamma=-0.1), ValueError, "gamma must be .*; got -0.1"),
+        (dict(degree=-1), ValueError, "degree must be .*; got -1"),
+        (dict(random_state="seed"), TypeError, "random_state must be None, an int >= 0"),
+        (dict(remove_zero_eig=1), TypeError, "remove_zero_eig must be True or False"),
         (dict(kernel="rbf", kernel_params={"a": 1}), ValueError, "kernel_params"),
         (dict(approximation="rff", kernel="poly"), ValueError, "rbf kernel only"),
     ],
@@ -453,6 +457,109 @@ def test_inverse_transform_with_alpha_zero_on_duplicates_is_a_named_error():
         warnings.simplefilter("ignore")
         with pytest.raises(ValueError, match="singular with alpha=0"):
             KernelPCA(2, kernel="linear", alpha=0.0, fit_inverse_transform=True).fit(dup)
+
+
+# ------------------------------------------------------------- extreme and degenerate data
+
+KERNEL_NAMES = ["rbf", "linear", "poly", "laplacian", "sigmoid", "cosine"]
+
+
+@pytest.mark.parametrize("solver", ["dense", "arpack", "randomized"])
+@pytest.mark.parametrize("kernel", KERNEL_NAMES)
+@pytest.mark.parametrize("n", [30, 400])
+def test_constant_rows_have_the_known_answer(kernel, solver, n):
+    # All rows equal: the centred kernel matrix is 0, so every eigenvalue is 0 and every
+    # projection 0 (closed form); ARPACK used to stop with "starting vector is zero".
+    if solver == "randomized" and kernel == "sigmoid":
+        pytest.skip("the randomized solver is for PSD kernels")
+    rows = np.repeat(RNG.standard_normal((1, 3)), n, axis=0)
+    with pytest.warns(UserWarning, match="0 non-zero eigenvalues, fewer than n_components = 2"):
+        kpca = KernelPCA(2, kernel=kernel, solver=solver).fit(rows)
+    np.testing.assert_array_equal(kpca.eigenvalues_, 0.0)
+    np.testing.assert_array_equal(kpca.transform(rows[:5]), 0.0)
+    # The eigenvectors are a fixed orthonormal basis orthogonal to the constant vector.
+    V = kpca.eigenvectors_
+    np.testing.assert_allclose(V.T @ V, np.eye(2), atol=1e-13)
+    np.testing.assert_allclose(V.sum(axis=0), 0.0, atol=1e-12)
+    with pytest.warns(UserWarning, match="no component with a non-zero eigenvalue"):
+        assert KernelPCA(kernel=kernel, solver=solver).fit(rows).n_components_ == 0
+
+
+def test_arpack_on_constant_rows_gives_the_same_answer_every_call():
+    X1 = np.full((27, 1), 1.26736591)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        counts = {
+            KernelPCA(16, kernel="sigmoid", coef0=0, solver="arpack", remove_zero_eig=True,
+                      random_state=98).fit(X1).n_components_
+            for _ in range(8)
+        }
+    assert counts == {0}  # a centred matrix of zeros has no non-zero eigenvalue
+
+
+@pytest.mark.parametrize("solver", ["dense", "arpack"])
+def test_arpack_falls_back_on_rank_deficient_matrices(solver):
+    # Two distinct points, repeated: the centred linear kernel has rank 1 with eigenvalue
+    # n/4 |a - b|^2 (closed form: half the rows at each point).
+    a, b = np.array([1.0, 2.0, 0.5]), np.array([-1.0, 0.0, 2.5])
+    rows = np.vstack([np.repeat(a[None], 200, 0), np.repeat(b[None], 200, 0)])
+    with pytest.warns(UserWarning, match="1 non-zero eigenvalues, fewer than n_components = 3"):
+        kpca = KernelPCA(3, kernel="linear", solver=solver).fit(rows)
+    np.testing.assert_allclose(kpca.eigenvalues_, [400 / 4 * np.sum((a - b) ** 2), 0.0, 0.0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("solver", ["dense", "arpack"])
+def test_centred_identity_has_eigenvalue_one(solver):
+    # gamma = 1000 on standard normal data: K = I, H K H = H, eigenvalue 1 with multiplicity n - 1.
+    Z = np.random.default_rng(0).standard_normal((20, 3))
+    kpca = KernelPCA(2, kernel="rbf", gamma=1000, solver=solver).fit(Z)
+    assert kpca.n_components_ == 2
+    np.testing.assert_allclose(kpca.eigenvalues_, [1.0, 1.0], rtol=1e-12)
+    assert KernelPCA(kernel="rbf", gamma=1000).fit(Z).n_components_ == 19
+
+
+@pytest.mark.parametrize("c", [1e-150, 1e-8, 1e8, 1e150])
+def test_linear_kernel_pca_of_scaled_data_is_the_scaled_fit(c):
+    ref = KernelPCA(3, kernel="linear").fit(X)
+    ours = KernelPCA(3, kernel="linear").fit(X * c)
+    np.testing.assert_allclose(ours.eigenvalues_ / c**2, ref.eigenvalues_, rtol=1e-10)
+    np.testing.assert_allclose(ours.transform(X_NEW * c) / c, ref.transform(X_NEW), rtol=1e-9,
+                               atol=1e-10 * _scale(ref.transform(X_NEW)))
+
+
+@pytest.mark.parametrize("c", [1e-150, 1e150])
+def test_rbf_kernel_pca_with_gamma_scaled_alike_is_unchanged(c):
+    ref = KernelPCA(3, gamma=0.3).fit(X)
+    ours = KernelPCA(3, gamma=0.3 / c**2).fit(X * c)
+    np.testing.assert_allclose(ours.eigenvalues_, ref.eigenvalues_, rtol=1e-10)
+    np.testing.assert_allclose(ours.transform(X_NEW * c), ref.transform(X_NEW), atol=1e-10)
+
+
+def test_rbf_kernel_pca_far_from_the_origin():
+    # Data on a 2^-10 grid are exact at an offset of 1e9; reference: scikit-learn at the origin.
+    Z = np.round(X * 1024) / 1024
+    ours = KernelPCA(3, gamma=0.3).fit(Z + 1e9)
+    ref = SklearnKernelPCA(3, kernel="rbf", gamma=0.3).fit(Z)
+    np.testing.assert_allclose(ours.eigenvalues_, ref.eigenvalues_, rtol=1e-10)
+
+
+@pytest.mark.parametrize("approximation", [None, "nystroem"])
+def test_rbf_at_huge_scale_is_the_centred_identity(approximation):
+    # Every pair is far apart on the kernel's scale: K = I (closed form), eigenvalues 1.
+    kpca = KernelPCA(2, approximation=approximation, n_approx=20, random_state=0).fit(X[:40] * 1e300)
+    np.testing.assert_allclose(kpca.eigenvalues_, [1.0, 1.0], rtol=1e-12)
+
+
+def test_kernel_overflow_and_underflow_are_named_errors():
+    with pytest.raises(ValueError, match="The linear kernel needs the inner products x.y"):
+        KernelPCA(2, kernel="linear").fit(X * 1e300)
+    fitted = KernelPCA(2, kernel="linear").fit(X * 1e150)
+    with pytest.raises(ValueError, match="The linear kernel needs the inner products x.y"):
+        fitted.transform(X_NEW * 1e160)
+    with pytest.raises(ValueError, match="subnormal in float64"):
+        KernelPCA(2, kernel="linear").fit(X * 1e-160)
+    with pytest.raises(ValueError, match="phases x W of the random Fourier features overflow"):
+        KernelPCA(2, gamma=1e6, approximation="rff", n_approx=20, random_state=0).fit(X[:10] * 1e306)
 
 
 # ------------------------------------------------------------- scikit-learn API

@@ -91,10 +91,10 @@ def test_callable_returning_vector_or_nan_is_rejected():
     [
         ({"name": "gaussian"}, ValueError, "kernel='gaussian' is not a known kernel"),
         ({"name": 3}, TypeError, "kernel must be a string or a callable"),
-        ({"gamma": -1.0}, ValueError, "gamma=-1.0"),
-        ({"gamma": np.nan}, ValueError, "gamma=nan"),
-        ({"degree": -2}, ValueError, "degree=-2"),
-        ({"coef0": "a"}, ValueError, "coef0='a'"),
+        ({"gamma": -1.0}, ValueError, "gamma must be a finite number >= 0 or None; got -1.0"),
+        ({"gamma": np.nan}, ValueError, "gamma must be .*; got nan"),
+        ({"degree": -2}, ValueError, "degree must be a finite number >= 0; got -2"),
+        ({"coef0": "a"}, TypeError, "coef0 must be a finite number; got 'a'"),
         ({"params": {"a": 1}}, ValueError, "kernel_params"),
         ({"name": len, "params": [1]}, TypeError, "kernel_params must be a dict"),
     ],
@@ -181,3 +181,70 @@ def test_fourier_default_gamma_is_one_over_n_features():
 def test_fourier_needs_rbf():
     with pytest.raises(ValueError, match="rbf kernel only; got kernel='laplacian'"):
         FourierMap.sample(Kernel("laplacian"), 3, 10)
+
+
+# ------------------------------------------------------------------ extreme data
+def _dyadic(shape, seed=0):
+    """Standard-normal-like values on a grid of 2^-10: exactly representable at offsets up to 1e12."""
+    return np.round(np.random.default_rng(seed).standard_normal(shape) * 1024) / 1024
+
+
+@pytest.mark.parametrize("name", ["rbf", "laplacian"])
+@pytest.mark.parametrize("offset", [1e6, 1e7, 1e9, 1e12])
+def test_translation_invariant_kernels_do_not_depend_on_where_the_data_sit(name, offset):
+    A, B = _dyadic((30, 3), 0), _dyadic((7, 3), 1)
+    reference = {"rbf": pairwise.rbf_kernel, "laplacian": pairwise.laplacian_kernel}[name]
+    kernel = Kernel(name, gamma=0.3)
+    assert np.array_equal((A + offset) - offset, A)  # the shifted data are exact
+    np.testing.assert_allclose(kernel(A + offset), reference(A, gamma=0.3), rtol=1e-10, atol=0)
+    np.testing.assert_allclose(kernel(A + offset, B + offset), reference(A, B, gamma=0.3), rtol=1e-10, atol=0)
+
+
+@pytest.mark.parametrize("c", [1e-300, 1e-150, 1e150, 1e300])
+def test_rbf_at_extreme_scales_has_its_limits(c):
+    A = _dyadic((12, 3))
+    A[5] = A[2]  # a duplicate row
+    # gamma scaled with the data: the same kernel (reference: scikit-learn on the unscaled data).
+    if 1e-150 <= c <= 1e150:
+        np.testing.assert_allclose(Kernel("rbf", gamma=0.3 / c**2)(A * c), pairwise.rbf_kernel(A, gamma=0.3),
+                                   rtol=1e-12, atol=1e-15)
+    # gamma fixed: far apart points (closed form: 1 on duplicates, 0 elsewhere) or all at one point.
+    K = Kernel("rbf", gamma=0.3)(A * c)
+    expected = (pairwise.euclidean_distances(A) == 0).astype(float) if c > 1 else np.ones((12, 12))
+    np.testing.assert_array_equal(K, expected)
+
+
+@pytest.mark.parametrize("c", [1e-200, 1e200])
+def test_cosine_is_scale_free_at_any_magnitude(c):
+    np.testing.assert_allclose(Kernel("cosine")(X * c, Y * c), pairwise.cosine_similarity(X, Y), rtol=1e-13)
+
+
+@pytest.mark.parametrize("name", ["linear", "poly", "sigmoid"])
+def test_inner_product_overflow_is_a_named_error(name):
+    with pytest.raises(ValueError, match=f"The {name} kernel needs the inner products x.y"):
+        Kernel(name, gamma=1.0)(X * 1e200)
+
+
+def test_laplacian_with_zero_gamma_is_one_even_when_distances_overflow():
+    np.testing.assert_array_equal(Kernel("laplacian", gamma=0.0)(np.array([[-1e308], [1e308]])), 1.0)
+
+
+def test_fourier_features_far_from_the_origin_equal_those_at_the_origin():
+    A = _dyadic((20, 3))
+    near = FourierMap.sample(Kernel("rbf", gamma=0.5), 3, 50, centre=np.zeros(3), random_state=0)
+    far = FourierMap.sample(Kernel("rbf", gamma=0.5), 3, 50, centre=np.full(3, 1e9), random_state=0)
+    np.testing.assert_array_equal(far(A + 1e9), near(A))  # (A + 1e9) - 1e9 == A exactly
+    # Without a centre, the phases of points at 1e9 keep about 7 digits.
+    plain = FourierMap.sample(Kernel("rbf", gamma=0.5), 3, 50, random_state=0)
+    assert np.abs(plain(A + 1e9) @ plain(A + 1e9).T - near(A) @ near(A).T).max() > 1e-9
+    with pytest.raises(ValueError, match="phases x W of the random Fourier features overflow"):
+        near(np.full((1, 3), 1e308))
+
+
+def test_random_state_rule_for_feature_maps():
+    for fit in (lambda rs: NystroemMap.fit(X, Kernel("rbf"), 5, random_state=rs),
+                lambda rs: FourierMap.sample(Kernel("rbf"), 5, 10, random_state=rs)):
+        with pytest.raises(TypeError, match="random_state must be None, an int >= 0"):
+            fit("seed")
+        a, b = fit(np.random.default_rng(3)), fit(np.random.default_rng(3))
+        np.testing.assert_array_equal(a(X), b(X))

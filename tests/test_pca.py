@@ -12,7 +12,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from bayespca import PCA
-from bayespca.pca import choose_solver
+from bayespca.linalg import choose_solver
 
 EXACT_SOLVERS = ["full", "covariance", "gram"]
 
@@ -295,3 +295,155 @@ def test_clone_pipeline_and_grid_search():
 @parametrize_with_checks([PCA(), PCA(2, solver="full"), PCA(1, whiten=True, standardize=True)])
 def test_sklearn_compatible(estimator, check):
     check(estimator)
+
+
+# ------------------------------------------------------------ extreme and degenerate data
+ALL_SOLVERS = EXACT_SOLVERS + ["randomized"]
+
+
+@pytest.mark.parametrize("solver", ALL_SOLVERS)
+@pytest.mark.parametrize("c", [1e-150, 1e-8, 1e8, 1e150])
+def test_fit_of_scaled_data_is_the_scaled_fit(solver, c):
+    # Reference: the fit of the unscaled data (itself checked against scikit-learn above).
+    X = _data("tall")
+    ref = PCA(3, solver=solver, random_state=0).fit(X)
+    ours = PCA(3, solver=solver, random_state=0).fit(c * X)
+    _close(ours.components_, ref.components_, rtol=1e-10, scale=1.0)
+    _close(ours.explained_variance_ / c**2, ref.explained_variance_, rtol=1e-10)
+    _close(ours.singular_values_ / c, ref.singular_values_, rtol=1e-10)
+    _close(ours.noise_variance_ / c**2, ref.noise_variance_, rtol=1e-10)
+    _close(ours.transform(c * X) / c, ref.transform(X), rtol=1e-10)
+    _close(ours.inverse_transform(ours.transform(c * X)) / c, ref.inverse_transform(ref.transform(X)))
+    _close(ours.get_covariance() / c**2, ref.get_covariance(), rtol=1e-10)
+    _close(ours.get_precision() * c**2, ref.get_precision(), rtol=1e-8)
+    # p(c x) = p(x) / c^d
+    _close(ours.score_samples(c * X) + X.shape[1] * np.log(c), ref.score_samples(X), rtol=1e-10)
+
+
+@pytest.mark.parametrize("c", [1e-160, 1e154, 1e300])
+@pytest.mark.parametrize("solver", ALL_SOLVERS)
+def test_spread_outside_float64_variances_is_refused(c, solver):
+    X = _data("tall")
+    with pytest.raises(ValueError, match=r"X has a spread of about .* \(e.g. column \d\); variances"):
+        PCA(2, solver=solver, random_state=0).fit(X * c)
+
+
+def test_huge_offset_constant_data_is_exactly_zero_variance():
+    # A centred matrix of zeros: every variance is 0, on every solver (closed form). n d > 10^4,
+    # so "auto" would take the covariance solver, whose X^T X overflows here.
+    X = np.full((600, 20), 3e300)
+    for solver in ALL_SOLVERS:
+        with pytest.warns(UserWarning, match="rank 0 < n_components = 2"):
+            pca = PCA(2, solver=solver, random_state=0).fit(X)
+        np.testing.assert_array_equal(pca.explained_variance_, 0.0)
+        np.testing.assert_allclose(pca.transform(X), 0.0, atol=8 * np.finfo(float).eps * 3e300)
+        np.testing.assert_allclose(pca.components_ @ pca.components_.T, np.eye(2), atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    "X", [np.ones((30, 4)), np.full((30, 4), 1.26736591), np.repeat([[0.3, -2.0, 7.0]], 40, 0)]
+)
+def test_constant_data_gives_zero_variances_and_one_basis_on_every_solver(X):
+    fits = []
+    for solver in ALL_SOLVERS:
+        with pytest.warns(UserWarning, match="rank 0 < n_components"):
+            fits.append(PCA(2, solver=solver, random_state=0).fit(X))
+    for pca in fits:
+        np.testing.assert_array_equal(pca.explained_variance_, 0.0)
+        np.testing.assert_array_equal(pca.explained_variance_ratio_, 0.0)
+        assert pca.noise_variance_ == 0.0
+        # X - mean is 0: its projections are rounding of the two products in transform.
+        np.testing.assert_allclose(pca.transform(X), 0.0, atol=8 * np.finfo(float).eps * np.abs(X).max())
+        np.testing.assert_allclose(pca.components_ @ pca.components_.T, np.eye(2), atol=1e-15)
+        np.testing.assert_allclose(pca.components_, fits[0].components_, atol=1e-15)
+
+
+@pytest.mark.parametrize("solver", ALL_SOLVERS)
+def test_rank_below_k_warns_and_matches_sklearn_on_the_rank(solver):
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((50, 2)) @ rng.standard_normal((2, 6)) + 4.0  # rank 2
+    X = np.vstack([X, X[:10]])  # duplicate rows too
+    with pytest.warns(UserWarning, match="rank 2 < n_components = 4"):
+        ours = PCA(4, solver=solver, random_state=0).fit(X)
+    ref = SkPCA(2).fit(X)
+    _close(ours.explained_variance_[:2], ref.explained_variance_)
+    np.testing.assert_array_equal(ours.explained_variance_[2:], 0.0)
+    _close(ours.components_[:2], ref.components_, rtol=1e-9, scale=1.0)
+    np.testing.assert_allclose(ours.components_ @ ours.components_.T, np.eye(4), atol=1e-14)
+    full = PCA(4, solver="full").fit(X) if solver != "full" else ours
+    np.testing.assert_allclose(ours.components_[2:], full.components_[2:], atol=1e-12)
+
+
+def test_one_feature_and_two_samples():
+    X = np.array([[1.0], [4.0], [2.0]])
+    pca = PCA().fit(X)
+    np.testing.assert_allclose(pca.explained_variance_, [np.var(X, ddof=1)], rtol=1e-14)
+    np.testing.assert_allclose(pca.components_, [[1.0]])
+    two = PCA().fit([[0.0, 1.0], [2.0, 5.0]])  # one non-zero direction, (2, 4) / sqrt(20)
+    np.testing.assert_allclose(two.components_[0], [2.0, 4.0] / np.sqrt(20.0), rtol=1e-14)
+    np.testing.assert_allclose(two.explained_variance_, [10.0, 0.0], rtol=1e-14, atol=1e-15)
+    with pytest.raises(ValueError, match="X has 1 sample"):
+        PCA().fit([[1.0, 2.0]])
+
+
+def test_standardize_with_a_constant_column_is_the_pca_of_the_others():
+    rng = np.random.default_rng(2)
+    X = np.c_[rng.standard_normal((40, 3)) * [1.0, 5.0, 0.1], np.full(40, 1.26736591)]
+    ours = PCA(standardize=True).fit(X)
+    ref = SkPCA().fit(StandardScaler().fit_transform(X[:, :3]) * np.sqrt(39 / 40))  # ddof = 1
+    _close(ours.explained_variance_[:3], ref.explained_variance_)
+    assert ours.explained_variance_[3] == 0.0
+    assert ours.scale_[3] == 1.0
+    _close(ours.components_[:3, :3], ref.components_, rtol=1e-9, scale=1.0)
+    np.testing.assert_array_equal(ours.components_[:3, 3], 0.0)
+
+
+def test_random_state_follows_the_params_rule():
+    X = _data("square")
+    for seed in ("seed", 1.5, [1]):
+        with pytest.raises(TypeError, match="random_state must be None, an int >= 0"):
+            PCA(2, solver="randomized", random_state=seed).fit(X)
+        with pytest.raises(TypeError, match="random_state must be None, an int >= 0"):
+            PCA(2, solver="full", random_state=seed).fit(X)
+    with pytest.raises(ValueError, match="random_state"):
+        PCA(2, solver="randomized", random_state=-1).fit(X)
+    full = PCA(3, solver="full").fit(X)
+    for seed in (2**70, np.random.RandomState(0), np.random.default_rng(0)):
+        rand = PCA(3, solver="randomized", random_state=seed, n_power_iter=8).fit(X)
+        _close(rand.explained_variance_, full.explained_variance_, rtol=1e-8)
+
+
+def test_selection_options_are_checked():
+    X = _data("tall")
+    with pytest.raises(ValueError, match=r"selection_options has unknown keys \['thresh'\]"):
+        PCA("variance", selection_options={"thresh": 0.5}).fit(X)
+    with pytest.raises(ValueError, match="only used when n_components is a rule name"):
+        PCA(0.9, selection_options={"threshold": 0.5}).fit(X)
+    with pytest.raises(ValueError, match="threshold is used by method in \\['variance'\\] only"):
+        PCA("mle", selection_options={"threshold": 0.5}).fit(X)
+    sel = PCA("variance", selection_options={"threshold": 0.5}).fit(X).selection_
+    assert sel.threshold == 0.5
+
+
+def test_new_data_that_overflow_are_a_named_error():
+    rng = np.random.default_rng(0)
+    X = 10 * rng.standard_normal((50, 1)) + 0.1 * rng.standard_normal((50, 8))  # first axis ~ 1 / sqrt(8)
+    pca = PCA(2, whiten=True).fit(X)
+    big = np.finfo(float).max / 2
+    # sum_j |v_1j| ~ sqrt(8) > 2, and whitening multiplies scores by sqrt(lambda_1) ~ 10 > 2.
+    assert np.abs(pca.components_[0]).sum() > 2 and pca.explained_variance_[0] > 4
+    with pytest.raises(ValueError, match="PCA.transform overflowed float64"):
+        PCA(2).fit(X).transform(big * np.sign(pca.components_[:1]))
+    with pytest.raises(ValueError, match="PCA.inverse_transform overflowed float64"):
+        pca.inverse_transform([[big, 0.0]])
+
+
+def test_eigh_top_falls_back_when_lapack_returns_fewer_pairs():
+    # The centred identity H = I - 11^T/n has eigenvalue 1 (n - 1 times) and 0 (closed form).
+    from bayespca.linalg import eigh_top
+
+    for n in (20, 57, 200):
+        H = np.eye(n) - 1.0 / n
+        evals, evecs = eigh_top(H.copy(), 2)
+        np.testing.assert_allclose(evals, [1.0, 1.0], rtol=1e-12)
+        np.testing.assert_allclose(H @ evecs, evecs, atol=1e-12)

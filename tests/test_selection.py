@@ -10,10 +10,10 @@ from sklearn.decomposition._pca import _assess_dimension
 from bayespca import PCA, select_n_components
 from bayespca.selection import (
     METHODS,
-    _minka_log_evidence,
     gavish_donoho_lambda,
     gavish_donoho_omega,
     marchenko_pastur_median,
+    minka_log_evidence,
     ppca_profile_log_likelihood,
     select_from_singular_values,
 )
@@ -54,13 +54,13 @@ def test_minka_matches_sklearn_assess_dimension():
         spectrum = PCA().fit(X).explained_variance_
         n = X.shape[0]
         for k in range(1, X.shape[1]):
-            ours = _minka_log_evidence(spectrum, k, n)
+            ours = minka_log_evidence(spectrum, k, n)
             ref = _assess_dimension(spectrum, k, n)
             assert ours == pytest.approx(ref, rel=1e-12)
     # Published in scikit-learn's tests: iris evidence for k = 1, 2, 3.
     spectrum = PCA().fit(load_iris().data).explained_variance_
     for k, ref in zip((1, 2, 3), (364.0337315, 420.9353768, 440.4184836), strict=True):
-        assert _minka_log_evidence(spectrum, k, 150) == pytest.approx(ref, abs=1e-6)
+        assert minka_log_evidence(spectrum, k, 150) == pytest.approx(ref, abs=1e-6)
 
 
 def test_ppca_profile_log_likelihood_is_the_maximised_likelihood():
@@ -145,3 +145,67 @@ def test_selection_errors():
         select_from_singular_values(s, 3, 10, "mle")
     with pytest.raises(ValueError, match="min\\(n_samples, n_features\\)"):
         select_from_singular_values(s[:2], 10, 3, "mle")
+
+
+# ------------------------------------------------------------------ extreme data
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("c", [1e-300, 1e-150, 1e150, 1e300])
+def test_every_rule_is_scale_free(method, c):
+    # Reference: the same rule on the unscaled singular values. The choice is the same; the
+    # criterion is in the units of the data where it has units, else unchanged up to a constant.
+    X = _planted(n=60, d=30) if method in ("aic", "bic") else _planted(n=100, d=12)
+    n, d = X.shape
+    s = np.linalg.svd(X - X.mean(0), compute_uv=False)
+    ref = select_from_singular_values(s, n, d, method)
+    if c == 1e300 and method in ("aic", "bic", "gaic", "rank"):  # criteria in squared units
+        with pytest.raises(ValueError, match=f"The '{method}' criterion of singular values up to"):
+            select_from_singular_values(s * c, n, d, method)
+        return
+    ours = select_from_singular_values(s * c, n, d, method)
+    assert ours.n_components == ref.n_components
+    if 1e-150 <= c <= 1e150:
+        power = {"aic": 2, "bic": 2, "gaic": 2, "rank": 2, "gavish-donoho": 1}.get(method, 0)
+        if method == "mle":  # log-evidence of data in units of 1/c: shift -n d log c
+            np.testing.assert_allclose(ours.criterion + n * d * np.log(c), ref.criterion, rtol=1e-10)
+        elif method == "profile-likelihood":  # Gaussian log-likelihood of c^2-scaled values
+            np.testing.assert_allclose(ours.criterion + 2 * s.size * np.log(c), ref.criterion, rtol=1e-10)
+        else:
+            np.testing.assert_allclose(ours.criterion / c**power, ref.criterion, rtol=1e-10)
+
+
+def test_selection_arguments_are_checked():
+    s = np.array([3.0, 2.0, 1.0])
+    with pytest.raises(ValueError, match="finite, non-negative and descending"):
+        select_from_singular_values(s[::-1], 10, 3, "variance")
+    with pytest.raises(ValueError, match="finite, non-negative and descending"):
+        select_from_singular_values([3.0, np.nan, 1.0], 10, 3, "variance")
+    with pytest.raises(ValueError, match="n_samples must be an int >= 2; got 1"):
+        select_from_singular_values([1.0], 1, 3, "variance")
+    with pytest.raises(ValueError, match=r"tau is used by method in \['rank'\] only"):
+        select_from_singular_values(s, 10, 3, "bic", tau=1.0)
+    with pytest.raises(ValueError, match="tau must be a finite number >= 0"):
+        select_from_singular_values(s, 10, 3, "rank", tau=-1.0)
+    with pytest.raises(TypeError, match=r"unknown options \['noise'\]"):
+        select_n_components(np.eye(4), "rank", noise=1.0)
+    with pytest.raises(TypeError, match="standardize must be True or False"):
+        select_n_components(np.eye(4), "rank", standardize="yes")
+
+
+@pytest.mark.parametrize("offset", [1.26736591, 1e6, 1e100])
+def test_select_n_components_on_constant_data(offset):
+    # A centred matrix of zeros (closed form: every singular value 0), large enough for the
+    # covariance solver, which cancels catastrophically here.
+    X = np.full((3000, 8), offset)
+    sel = select_n_components(X, "gavish-donoho")
+    np.testing.assert_array_equal(sel.singular_values, 0.0)
+    assert sel.n_components == 0
+    assert select_n_components(X, "variance").n_components == 8  # nothing exceeds 0.9 of zero
+
+
+def test_select_n_components_is_pca_of_the_same_data():
+    X = load_iris().data
+    for standardize in (False, True):
+        sel = select_n_components(X * 1e100, "variance", standardize=standardize)
+        ref = PCA(standardize=standardize).fit(X)
+        np.testing.assert_allclose(sel.singular_values / (1.0 if standardize else 1e100),
+                                   ref.singular_values_, rtol=1e-12)

@@ -9,7 +9,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import ElasticNet
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from bayespca.sparse_pca import SparsePCA, _elastic_net_step, _Scatter, adjusted_variance, sparse_pca_path
+from bayespca.sparse_pca import Scatter, SparsePCA, adjusted_variance, elastic_net_step, sparse_pca_path
 
 SOLVERS = ["covariance", "data"]
 
@@ -77,11 +77,11 @@ def test_b_step_is_sklearn_elastic_net(solver, k, alpha, l1_ratio):
     n = X.shape[0]
     Xc = X - X.mean(0)
     A = np.linalg.qr(np.random.default_rng(2).standard_normal((20, k)))[0]
-    scatter = _Scatter(dense=Xc.T @ Xc / n) if solver == "covariance" else _Scatter(root=Xc / np.sqrt(n))
+    scatter = Scatter(dense=Xc.T @ Xc / n) if solver == "covariance" else Scatter(root=Xc / np.sqrt(n))
     ref = ElasticNet(alpha=alpha, l1_ratio=l1_ratio, fit_intercept=False, tol=1e-15, max_iter=10**6)
     ref = ref.fit(Xc, Xc @ A).coef_.reshape(k, -1).T
     for warm in (np.zeros((20, k)), np.random.default_rng(3).standard_normal((20, k))):
-        B, SB = _elastic_net_step(scatter, A, warm, alpha * l1_ratio, alpha * (1 - l1_ratio))
+        B, SB, _ = elastic_net_step(scatter, A, warm, alpha * l1_ratio, alpha * (1 - l1_ratio))
         np.testing.assert_allclose(B, ref, rtol=0, atol=1e-8 * np.abs(ref).max())
         np.testing.assert_array_equal(B != 0, np.abs(ref) > 1e-10)
         np.testing.assert_allclose(SB, Xc.T @ Xc @ B / n, rtol=0, atol=1e-10 * np.abs(SB).max())
@@ -95,7 +95,7 @@ def test_b_step_lasso_with_more_features_than_samples(alpha):
     n = X.shape[0]
     Xc = X - X.mean(0)
     A = np.linalg.svd(Xc, full_matrices=False)[2][:2].T
-    B, _ = _elastic_net_step(_Scatter(root=Xc / np.sqrt(n)), A, np.zeros((200, 2)), alpha, 0.0)
+    B, _, _ = elastic_net_step(Scatter(root=Xc / np.sqrt(n)), A, np.zeros((200, 2)), alpha, 0.0)
     ref = ElasticNet(alpha=alpha, l1_ratio=1.0, fit_intercept=False, tol=1e-15, max_iter=10**6)
     ref = ref.fit(Xc, Xc @ A).coef_.T
 
@@ -401,22 +401,23 @@ def test_dataframe_feature_names():
 @pytest.mark.parametrize(
     "params, error, match",
     [
-        ({"n_components": 0}, ValueError, r"n_components must be .*\[1, 8\]; got 0"),
-        ({"n_components": 9}, ValueError, r"n_components .* got 9"),
-        ({"n_components": 2.5}, TypeError, r"n_components .* got float 2.5"),
+        ({"n_components": 0}, ValueError, r"n_components must be an int >= 1 or None; got 0"),
+        ({"n_components": 9}, ValueError, r"n_components must be .*\[1, 8\]; got 9"),
+        ({"n_components": 2.5}, TypeError, r"n_components .* got 2.5"),
         ({"n_components": True}, TypeError, r"n_components"),
-        ({"alpha": -1.0}, ValueError, r"alpha must be a finite float >= 0; got -1.0"),
-        ({"alpha": np.inf}, ValueError, r"alpha must be a finite float >= 0; got inf"),
-        ({"alpha": "big"}, TypeError, r"alpha must be a real number; got str 'big'"),
-        ({"l1_ratio": 1.5}, ValueError, r"l1_ratio must be a float in \[0, 1\]; got 1.5"),
+        ({"alpha": -1.0}, ValueError, r"alpha must be a finite number >= 0; got -1.0"),
+        ({"alpha": np.inf}, ValueError, r"alpha must be a finite number >= 0; got inf"),
+        ({"alpha": "big"}, TypeError, r"alpha must be a finite number >= 0; got 'big'"),
+        ({"l1_ratio": 1.5}, ValueError, r"l1_ratio must be a finite number >= 0 and <= 1; got 1.5"),
         ({"solver": "lars"}, ValueError, r"solver must be one of .*; got 'lars'"),
-        ({"standardize": "yes"}, TypeError, r"standardize must be a bool; got 'yes'"),
-        ({"init": "svd"}, ValueError, r"init must be 'pca', 'random' or an array .*; got 'svd'"),
+        ({"standardize": "yes"}, TypeError, r"standardize must be True or False; got 'yes'"),
+        ({"init": "svd"}, ValueError, r"init must be one of \['pca', 'random'\]; got 'svd'"),
+        ({"random_state": "seed"}, TypeError, r"random_state must be None, an int >= 0"),
         ({"init": np.ones((2, 3))}, ValueError, r"init must be .* \(2, 8\); got an array of shape \(2, 3\)"),
         ({"init": np.ones((2, 8))}, ValueError, r"init has linearly dependent rows"),
         ({"max_iter": 0}, ValueError, r"max_iter must be an int >= 1; got 0"),
-        ({"tol": 0.0}, ValueError, r"tol must be a finite float > 0; got 0.0"),
-        ({"tol": float("nan")}, ValueError, r"tol must be a finite float > 0; got nan"),
+        ({"tol": 0.0}, ValueError, r"tol must be a finite number > 0; got 0.0"),
+        ({"tol": float("nan")}, ValueError, r"tol must be a finite number > 0; got nan"),
     ],
 )
 def test_bad_parameters_are_named(params, error, match):
@@ -432,17 +433,17 @@ def test_bad_data_and_path_arguments_are_named():
     spca = SparsePCA(2).fit(X)
     with pytest.raises(ValueError, match="X has 7 features, but SparsePCA is expecting 8"):
         spca.transform(X[:, :7])
-    with pytest.raises(ValueError, match="X has 3 columns, but inverse_transform expects n_components_ = 2"):
+    with pytest.raises(ValueError, match="has 3 columns, but SparsePCA.inverse_transform expects n_comp"):
         spca.inverse_transform(X[:, :3])
     with pytest.raises(ValueError, match="n_alphas must be an int >= 1; got 0"):
         sparse_pca_path(X, 2, n_alphas=0)
-    with pytest.raises(ValueError, match=r"alpha_min_ratio must be a float in \(0, 1\); got 2"):
+    with pytest.raises(ValueError, match=r"alpha_min_ratio must be a finite number > 0 and < 1; got 2"):
         sparse_pca_path(X, 2, alpha_min_ratio=2)
     with pytest.raises(ValueError, match="l1_ratio=0 has no L1 penalty"):
         sparse_pca_path(X, 2, l1_ratio=0.0)
     with pytest.raises(ValueError, match="alphas is empty"):
         sparse_pca_path(X, 2, alphas=[])
-    with pytest.raises(ValueError, match="alpha must be a finite float >= 0; got -1.0"):
+    with pytest.raises(ValueError, match="alpha must be a finite number >= 0; got -1.0"):
         sparse_pca_path(X, 2, alphas=[1.0, -1.0])
 
 
@@ -452,6 +453,67 @@ def test_non_convergence_warns():
         SparsePCA(3, alpha=0.05, max_iter=1).fit(X)
     with pytest.warns(ConvergenceWarning, match="did not converge"):
         sparse_pca_path(X, 3, alphas=[0.05], max_iter=1)
+
+
+# ------------------------------------------------------------------ extreme and degenerate data
+@pytest.mark.parametrize("c", [1e-150, 1e-8, 1e8, 1e150])
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_fit_of_scaled_data_with_penalty_scaled_alike_is_unchanged(c, solver):
+    # alpha is on the scale of a covariance: c X with alpha c^2 is the same problem (reference:
+    # the unscaled fit).
+    X, _ = _sparse_factors(seed=3, n=120, d=12, size=4)
+    ref = SparsePCA(3, alpha=0.4, solver=solver).fit(X)
+    ours = SparsePCA(3, alpha=0.4 * c**2, solver=solver).fit(X * c)
+    np.testing.assert_allclose(ours.components_, ref.components_, atol=1e-9)
+    np.testing.assert_array_equal(ours.n_nonzero_, ref.n_nonzero_)
+    np.testing.assert_allclose(ours.explained_variance_ / c**2, ref.explained_variance_, rtol=1e-8)
+    np.testing.assert_allclose(ours.objective_ / c**2, ref.objective_, rtol=1e-8)
+    np.testing.assert_allclose(ours.transform(X * c) / c, ref.transform(X), rtol=1e-8, atol=1e-8)
+
+
+@pytest.mark.parametrize("c", [1e-300, 1e300])
+def test_spread_outside_float64_variances_is_refused(c):
+    with pytest.raises(ValueError, match="X has a spread of about"):
+        SparsePCA(2).fit(np.random.default_rng(0).standard_normal((20, 5)) * c)
+
+
+def test_tiny_ridge_on_rank_deficient_data_gives_principal_axes():
+    # n < d and a ridge far below the rounding of S: S + l2 I is singular to working precision.
+    # ZHT's Theorem 3 still holds (reference: numpy's SVD).
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((6, 10)) * np.linspace(3, 1, 10)
+    _, _, vt = np.linalg.svd(X - X.mean(0), full_matrices=False)
+    for solver in SOLVERS:
+        spca = SparsePCA(3, alpha=1e-30, l1_ratio=0.0, solver=solver).fit(X)
+        signs = np.sign(np.sum(spca.components_ * vt[:3], axis=1))
+        np.testing.assert_allclose(spca.components_, vt[:3] * signs[:, None], atol=1e-10)
+
+
+def test_negligible_lasso_with_more_features_than_samples_reaches_the_pca_fit():
+    # The data of the "390 feature-sign rounds" report: alpha = 0.1 on data of scale 1e8 is a
+    # relative penalty of 1e-17. The criterion is then 1/2 the variance (ddof=0) that k components
+    # leave unexplained: 0 for k >= rank = n - 1 (closed form), reached to rounding.
+    X = np.random.default_rng(7).standard_normal((7, 8)) * 1e8
+    Xc = X - X.mean(0)
+    total = np.sum(Xc**2) / 7
+    for solver in SOLVERS:
+        spca = SparsePCA(7, alpha=0.1, l1_ratio=1.0, solver=solver).fit(X)
+        assert abs(spca.objective_) <= 1e-9 * total
+        # Xc B A^T = Xc: the rank-6 data are reproduced from their regression on the loadings.
+        reproduced = Xc @ spca.coef_.T @ spca.directions_
+        np.testing.assert_allclose(reproduced, Xc, rtol=0, atol=1e-6 * np.abs(Xc).max())
+
+
+def test_constant_data_give_zero_loadings_with_a_warning():
+    X = np.full((10, 4), 2.5)
+    with pytest.warns(UserWarning, match="all-zero loadings"):
+        spca = SparsePCA(2).fit(X)
+    np.testing.assert_array_equal(spca.components_, 0.0)
+    np.testing.assert_array_equal(spca.transform(X), 0.0)
+    np.testing.assert_array_equal(spca.explained_variance_, 0.0)
+    with pytest.warns(UserWarning, match="all-zero loadings"):
+        std = SparsePCA(2, standardize=True).fit(np.c_[X, np.arange(10.0)])
+    np.testing.assert_array_equal(std.scale_[:4], 1.0)  # constant columns keep scale 1
 
 
 # ------------------------------------------------------------------ scikit-learn compatibility

@@ -40,8 +40,7 @@ import numpy as np
 
 from bayespca.gaussian import LowRankGaussian
 from bayespca.inference.contract import Fit, ModelSpec
-from bayespca.linalg import svd_covariance, svd_full, svd_gram
-from bayespca.pca import choose_solver
+from bayespca.linalg import choose_solver, svd_covariance, svd_full, svd_gram
 from bayespca.statistics import Prepared
 
 __all__ = ["noise_floor", "ppca_closed_form"]

@@ -62,7 +62,7 @@ from bayespca.kernels import FourierMap, Kernel, NystroemMap
 from bayespca.linalg import complete_basis, decompose, eigh_top, flip_signs
 from bayespca.params import as_generator, check_bool, check_choice, check_number, check_seed
 
-__all__ = ["KernelPCA"]
+__all__ = ["KernelPCA", "choose_kernel_solver"]
 
 _SOLVERS = ("auto", "dense", "arpack", "randomized")
 _APPROXIMATIONS = (None, "nystroem", "rff")
@@ -84,7 +84,17 @@ _DENSE_MAX_N = 300
 _DENSE_MIN_FRACTION = 0.1
 
 
-def _choose_solver(n: int, k: int) -> str:
+def choose_kernel_solver(n: int, k: int) -> str:
+    """The eigensolver ``solver="auto"`` uses for ``k`` components of an ``n x n`` kernel matrix.
+
+    LAPACK's dense ``eigh`` up to ``n = 300`` rows or when ``k`` is at least
+    a tenth of ``n``; ARPACK's Lanczos iteration otherwise.
+
+    Examples
+    --------
+    >>> choose_kernel_solver(100, 2), choose_kernel_solver(5000, 2)
+    ('dense', 'arpack')
+    """
     if n <= _DENSE_MAX_N or k >= _DENSE_MIN_FRACTION * n:
         return "dense"
     return "arpack"
@@ -435,7 +445,7 @@ or callable, default="rbf"
         top = _check_kernel_range(K, kernel)
         self.kernel_col_means_, self.kernel_mean_ = _centre_gram(K)
         k = n if self.n_components is None else min(n, self.n_components)
-        solver = _choose_solver(n, k) if self.solver == "auto" else self.solver
+        solver = choose_kernel_solver(n, k) if self.solver == "auto" else self.solver
         # Centring leaves rounding errors of about (8 + 4 log2 n) eps max|K| in each entry (the
         # column means are pairwise sums); a centred matrix no larger than that is zero (constant
         # data in feature space), and eigenvalues below n times it, the largest norm of such an

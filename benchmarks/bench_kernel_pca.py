@@ -139,7 +139,7 @@ def bench_solvers(repeats):
     print("| n | k | dense | arpack | randomized | randomized rel. eigenvalue error | "
           "fastest exact | auto picks |")
     print("|---|---|---|---|---|---|---|---|")
-    from bayespca.kernel_pca import _choose_solver
+    from bayespca.kernel_pca import choose_kernel_solver
 
     kernel = Kernel("rbf")
     for n in (200, 500, 1000, 2000):
@@ -159,7 +159,7 @@ def bench_solvers(repeats):
             err = np.max(np.abs(evals["randomized"] - evals["dense"]) / evals["dense"][0])
             fastest = min(("dense", "arpack"), key=times.get)
             print(f"| {n} | {k} | {times['dense']:.4f} | {times['arpack']:.4f} | "
-                  f"{times['randomized']:.4f} | {err:.1e} | {fastest} | {_choose_solver(n, k)} |")
+                  f"{times['randomized']:.4f} | {err:.1e} | {fastest} | {choose_kernel_solver(n, k)} |")
 
 
 def main():

@@ -180,12 +180,13 @@ def power_of_two_scale(X: np.ndarray, observed: np.ndarray | None = None) -> flo
         return 1.0
     coarse = math.ldexp(1.0, math.frexp(top)[1])
     unit = X / coarse
-    if observed is None:
-        centred = unit - unit.mean(axis=0)
-    else:
-        counts = observed.sum(axis=0)
-        means = np.where(observed, unit, 0.0).sum(axis=0) / np.maximum(counts, 1)
-        centred = np.where(observed, unit - means, 0.0)
+    counts = unit.shape[0] if observed is None else np.maximum(observed.sum(axis=0), 1)
+    centred = unit if observed is None else np.where(observed, unit, 0.0)
+    # Centred twice: the rounding of one pass's mean would read as the spread of a constant column.
+    for _ in range(2):
+        centred = centred - centred.sum(axis=0) / counts
+        if observed is not None:
+            centred = np.where(observed, centred, 0.0)
     rms = math.sqrt(float(np.einsum("ij,ij->", centred, centred)) / max(values.size, 1))
     if rms == 0.0:
         return 1.0

@@ -1,0 +1,59 @@
+"""bayespca.statistics: working units, representable data, statistics against NumPy."""
+
+import numpy as np
+import pytest
+
+from bayespca.statistics import missing_patterns, power_of_two_scale, prepare, sufficient_statistics
+
+
+def test_scale_is_a_power_of_two_within_sqrt2_of_the_spread():
+    rng = np.random.default_rng(0)
+    for c in (1e-150, 1e-8, 1.0, 3.0, 1e8, 1e150):
+        X = c * rng.normal(size=(200, 5)) + 7 * c
+        s = power_of_two_scale(X)
+        rms = np.sqrt(np.mean((X / c - (X / c).mean(0)) ** 2)) * c
+        assert s == 2.0 ** round(np.log2(s))
+        assert 2**-0.5 <= s / rms <= 2**0.5
+
+
+def test_constant_data_far_from_zero_have_no_spread():
+    # One centring pass leaves the rounding of the mean, which would read as a spread of 1e184.
+    assert power_of_two_scale(np.full((50, 2), 3.7e200)) == 1.0
+
+
+def test_working_units_are_exactly_the_data_over_a_power_of_two():
+    X = np.random.default_rng(1).normal(size=(40, 3))
+    a, b = prepare(X), prepare(X * 2.0**70)
+    np.testing.assert_array_equal(a.X, b.X)
+    assert b.scale == a.scale * 2.0**70
+
+
+def test_unrepresentable_variances_are_refused_naming_a_column():
+    X = np.random.default_rng(2).normal(size=(30, 3))
+    X[:, 1] *= 1e170
+    with pytest.raises(ValueError, match="column 1.*not representable"):
+        prepare(X)
+
+
+def test_moments_and_patterns_equal_numpy():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(60, 4)) + [1.0, 2.0, 3.0, 4.0]
+    X[rng.random(X.shape) < 0.1] = np.nan
+    p = prepare(X)
+    np.testing.assert_allclose(p.mean * p.scale, np.nanmean(X, 0), rtol=1e-13)
+    np.testing.assert_allclose(p.variances * p.scale**2, np.nanvar(X, 0), rtol=1e-12)
+    patterns = missing_patterns(X)
+    for cols, stats in zip(patterns.columns, patterns.stats, strict=True):
+        rows = X[(~np.isnan(X) == np.isin(np.arange(4), cols)).all(1)][:, cols]
+        assert stats.n == len(rows)
+        np.testing.assert_allclose(
+            stats.scatter,
+            np.cov(rows.T, bias=True).reshape(stats.scatter.shape) * len(rows),
+            rtol=1e-12,
+            atol=1e-12,
+        )
+
+
+def test_sufficient_statistics_refuse_missing_values():
+    with pytest.raises(ValueError, match="NaN"):
+        sufficient_statistics([[1.0, np.nan], [2.0, 3.0]])

@@ -547,7 +547,7 @@ def select_n_components(X, method: str = "mle", *, standardize: bool = False, **
     if unknown:
         raise TypeError(f"select_n_components got unknown options {unknown}; accepted: {list(OPTIONS)}.")
     # validate_fit records what it saw on an estimator; this one is named for the messages.
-    data = prepare(type("select_n_components", (), {})(), X, allow_nan=False)
+    data = prepare(X, estimator=type("select_n_components", (), {})(), allow_nan=False)
     dec = decompose(data.X, data.mean, None, standardize=standardize)
     s = dec.svd.singular_values * (1.0 if standardize else data.scale)
     return select_from_singular_values(s, data.n, data.d, method, **options)

@@ -632,7 +632,7 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 
     def _prepare(self, X) -> tuple[_Problem, int]:
         self._check_params()
-        data = prepare(self, X, allow_nan=False)
+        data = prepare(X, estimator=self, allow_nan=False)
         n, d = data.n, data.d
         k = self._n_components(n, d)
         Xw, unit = data.X, data.scale

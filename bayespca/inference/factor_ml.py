@@ -1,0 +1,475 @@
+"""Maximum-likelihood factor analysis of complete data: Newton's method on the profiled likelihood.
+
+For fixed uniquenesses ``Psi`` the best loadings are known in closed form
+(Joreskog 1967; Lawley & Maxwell 1971): with ``theta_1 >= ... >= theta_d``
+and ``u_i`` the eigenpairs of ``S* = Psi^{-1/2} S Psi^{-1/2}`` (``S`` the
+covariance, denominator ``n``),
+
+    W(Psi) = Psi^{1/2} [u_1 .. u_k] diag(sqrt(max(theta_i - 1, 0))),
+
+so the likelihood is a function of ``x = log psi`` alone,
+
+    -2 loglik / n - d log 2 pi = f(x) = sum_j x_j + tr S* - sum_{i<=k} h(theta_i),
+    h(theta) = theta - log theta - 1  for theta > 1, else 0,
+
+with gradient ``df/dx_j = (C - S)_jj / psi_j``, ``C = W W^T + Psi``, i.e.
+``1 - S*_jj + sum_{i<=k} (theta_i - 1) u_ij^2``, and Hessian (first-order
+perturbation of the eigenpairs; A the factors with ``theta_i > 1``)
+
+    d2f/dx_j dx_l = S*_jj [j = l] - sum_{i in A} sum_m c_im (u_ij u_mj)(u_il u_ml),
+    c_ii = theta_i,  c_im = (theta_i + theta_m) / 2  (m in A),
+    c_im = (theta_i - 1)(theta_i + theta_m) / (theta_i - theta_m)  (m not in A).
+
+This is the objective of R's ``factanal``. It is minimised here by Newton's
+method with a backtracking line search, the Hessian made positive definite
+where it is not, and bounds ``psi_j >= floor * var_j`` handled as an active
+set (Heywood cases). Newton converges quadratically, so the reported
+optimum has a gradient at rounding level; EM and scikit-learn's
+alternating iteration converge linearly and stop visibly short of it on
+slow problems. Everything runs on the correlation matrix, where ``f`` is
+unchanged (factor analysis is equivariant under rescaling each feature),
+so the result does not depend on the units of the data.
+
+The likelihood has local optima (a factor may lock onto one feature, or a
+feature may be a Heywood case only at the global optimum). The fit
+therefore starts from several points: squared multiple correlations
+(``factanal``'s start), ``psi = var`` (scikit-learn's start), and a few
+random uniquenesses; each start costs a few eigendecompositions of a
+d x d matrix, independent of ``n``.
+
+References
+----------
+K. G. Joreskog (1967). Some contributions to maximum likelihood factor
+analysis. Psychometrika 32(4), 443-482.
+R. I. Jennrich, S. M. Robinson (1969). A Newton-Raphson algorithm for
+maximum likelihood factor analysis. Psychometrika 34(1), 111-123.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import NamedTuple
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from bayespca.gaussian import LowRankGaussian, canonical_loadings, log_likelihood_from_stats
+from bayespca.inference.closed_form import check_n_components, noise_floor
+from bayespca.inference.contract import Fit, ModelSpec
+from bayespca.params import as_generator, check_number
+from bayespca.statistics import Prepared
+
+__all__ = ["DEFAULT_TOL", "CovarianceFit", "Profile", "fit_covariance", "fit_factor_analysis", "profile"]
+
+DEFAULT_TOL = 1e-11  # scaled gradient |df/dx_j| / (1 + S*_jj) at which Newton stops
+DEFAULT_STARTS = 4
+_LOG_2PI = np.log(2.0 * np.pi)
+_ARMIJO = 1e-4
+_MAX_STEP = 4.0  # largest change of any log psi_j per Newton step
+_NEAR_FLOOR = 10.0  # log psi_j within this of its floor may be sent there at once
+_STATIONARY = 1e-7  # scaled gradient below which a stalled Newton run counts as converged
+
+
+class Profile(NamedTuple):
+    """The profiled objective at ``x = log psi`` (correlation scale).
+
+    Attributes
+    ----------
+    value : float
+        ``f(x)`` (module notes).
+    gradient : ndarray of shape (d,)
+    hessian : ndarray of shape (d, d) or None
+    loadings : ndarray of shape (d, k)
+        ``W(Psi)``, the best loadings for these uniquenesses.
+    scaled_diagonal : ndarray of shape (d,)
+        ``S*_jj = S_jj / psi_j``, the scale of each gradient entry.
+    magnitude : float
+        Sum of the magnitudes of the terms of ``f``: its rounding error is
+        about ``eps * magnitude``.
+    """
+
+    value: float
+    gradient: np.ndarray
+    hessian: np.ndarray | None
+    loadings: np.ndarray
+    scaled_diagonal: np.ndarray
+    magnitude: float
+
+
+def profile(x: np.ndarray, corr: np.ndarray, k: int, hessian: bool = False) -> Profile:
+    """Profiled FA objective, its gradient and (optionally) Hessian in ``x = log psi``.
+
+    Parameters
+    ----------
+    x : ndarray of shape (d,)
+        Log uniquenesses.
+    corr : ndarray of shape (d, d)
+        Covariance (denominator ``n``) of the data, usually a correlation matrix.
+    k : int
+        Number of factors.
+    hessian : bool, default=False
+
+    Returns
+    -------
+    Profile
+
+    Examples
+    --------
+    One factor, two features with correlation 0.5: the ML uniquenesses are
+    0.5, where the gradient vanishes.
+
+    >>> corr = np.array([[1.0, 0.5], [0.5, 1.0]])
+    >>> p = profile(np.log([0.5, 0.5]), corr, 1)
+    >>> np.abs(p.gradient).max() < 1e-15, p.loadings.ravel().round(6)
+    (np.True_, array([0.707107, 0.707107]))
+    """
+    sd = np.exp(0.5 * x)
+    scaled = corr / np.outer(sd, sd)
+    theta, vectors = np.linalg.eigh(scaled)
+    theta, vectors = theta[::-1], vectors[:, ::-1]
+    active = np.flatnonzero(theta[:k] > 1.0)
+    ta, ua = theta[active], vectors[:, active]
+    diag = np.diag(scaled)
+    # sum_{i in A} (log theta_i + 1) + sum_{i not in A} theta_i: the huge eigenvalues
+    # of a psi_j near 0 enter through their logarithm, not through tr S* - theta_1.
+    rest = np.ones(theta.size, dtype=bool)
+    rest[active] = False
+    value = float(np.sum(x) + np.sum(np.log(ta) + 1.0) + np.sum(theta[rest]))
+    gradient = 1.0 - diag + (ua**2) @ (ta - 1.0)
+    w = np.zeros((x.size, k))
+    w[:, active] = sd[:, None] * ua * np.sqrt(ta - 1.0)
+    hess = _hessian(theta, vectors, active, diag) if hessian else None
+    magnitude = float(np.sum(np.abs(x)) + theta.size * np.max(np.abs(theta)))
+    return Profile(value, gradient, hess, w, diag, magnitude)
+
+
+def _hessian(theta, vectors, active, diag):
+    d = theta.size
+    inactive = np.ones(d, dtype=bool)
+    inactive[active] = False
+    hess = np.diag(diag)
+    if active.size == 0:
+        return hess
+    weights, products = [], []
+    for i in active:
+        c = np.empty(d)
+        c[active] = 0.5 * (theta[i] + theta[active])
+        c[i] = theta[i]
+        # theta_i > 1 >= theta_m here, so the denominators are positive.
+        c[inactive] = (theta[i] - 1.0) * (theta[i] + theta[inactive]) / (theta[i] - theta[inactive])
+        weights.append(c)
+        products.append(vectors * vectors[:, [i]])
+    q = np.concatenate(products, axis=1)
+    return hess - (q * np.concatenate(weights)) @ q.T
+
+
+# --------------------------------------------------------------- Newton
+class _Run(NamedTuple):
+    x: np.ndarray
+    prof: Profile
+    trace: list
+    n_iter: int
+    converged: bool
+
+
+def _free(x, lower, gradient):
+    """Coordinates Newton may move: off their bound, or at it with the gradient pointing inward."""
+    return (x > lower + 1e-12) | (gradient < 0)
+
+
+def _scaled_gradient(prof: Profile, free) -> float:
+    g = np.abs(prof.gradient) / (1.0 + prof.scaled_diagonal)
+    return float(np.max(g[free], initial=0.0))
+
+
+def _newton_direction(hess, gradient):
+    """``-H^{-1} g`` with ``H`` made positive definite (eigenvalues raised to a fraction of the largest)."""
+    lam, vec = np.linalg.eigh(hess)
+    top = max(float(np.max(np.abs(lam), initial=0.0)), 1.0)
+    lam = np.maximum(np.abs(lam), 1e-8 * top)
+    return -vec @ ((vec.T @ gradient) / lam)
+
+
+def _newton(x, corr, k, lower, *, tol, max_iter) -> _Run:
+    """Projected Newton with line search from ``x``; returns the last point and its trace of f."""
+    x = np.maximum(x, lower)
+    prof = profile(x, corr, k, hessian=True)
+    trace = [prof.value]
+    stalls = 0
+    for it in range(1, max_iter + 1):
+        free = _free(x, lower, prof.gradient)
+        size = _scaled_gradient(prof, free)
+        if size <= tol:
+            return _Run(x, prof, trace, it - 1, True)
+        step = np.zeros_like(x)
+        step[free] = _newton_direction(prof.hessian[np.ix_(free, free)], prof.gradient[free])
+        step *= min(1.0, _MAX_STEP / max(float(np.max(np.abs(step))), 1e-300))
+        found = _line_search(x, step, prof, corr, k, lower, size)
+        if found is None:  # no progress beyond rounding: stationary to working precision
+            return _Run(x, prof, trace, it - 1, size <= _STATIONARY)
+        x, level = found
+        prof = profile(x, corr, k, hessian=True)
+        trace.append(min(prof.value, trace[-1]))  # a level step may differ by rounding
+        stalls = stalls + 1 if level else 0
+        if stalls >= 3:  # steps inside the rounding error of f, three in a row
+            size = _scaled_gradient(prof, _free(x, lower, prof.gradient))
+            return _Run(x, prof, trace, it, size <= max(tol, _STATIONARY))
+    size = _scaled_gradient(prof, _free(x, lower, prof.gradient))
+    return _Run(x, prof, trace, max_iter, size <= tol)
+
+
+def _trial_points(x, step, prof: Profile, lower):
+    """Points along the projected Newton path, longest first.
+
+    A ``psi_j`` that tends to 0 (a Heywood case) changes ``f`` by
+    ``O(psi_j)``, so Newton creeps towards the floor one unit of
+    ``log psi_j`` per step; the first trial therefore puts every such
+    coordinate (small, pushed down, Newton step down) at its floor at once.
+    """
+    falling = (step < 0) & (prof.gradient > 0) & (x < lower + _NEAR_FLOOR) & (x > lower)
+    if falling.any():
+        yield np.where(falling, lower, np.maximum(x + step, lower))
+    t = 1.0
+    while t > 1e-10:
+        yield np.maximum(x + t * step, lower)
+        t *= 0.5
+
+
+def _line_search(x, step, prof: Profile, corr, k, lower, size):
+    """Backtracking (Armijo) along the projected path; ``(x_new, level)`` or None.
+
+    Near the optimum, or while a ``psi_j`` runs to a small floor (``f`` then
+    changes by ``O(psi_j)`` and ``S*_jj`` is huge), the change of ``f`` can
+    drown in its rounding error; a step whose ``f`` is level within
+    rounding is then taken (``level`` True) if ``f`` is still decreasing at
+    its end (``grad f(x_new) . step < 0``) or the gradient halves.
+    """
+    noise = 4 * np.finfo(float).eps * prof.magnitude
+    for x_new in _trial_points(x, step, prof, lower):
+        cand = profile(x_new, corr, k)
+        move = x_new - x
+        slope = float(prof.gradient @ move)
+        if cand.value <= prof.value + _ARMIJO * slope and cand.value < prof.value - noise:
+            return x_new, False
+        if cand.value <= prof.value + noise and slope < 0:
+            free = _free(x_new, lower, cand.gradient)
+            if float(cand.gradient @ move) < 0 or _scaled_gradient(cand, free) < 0.5 * size:
+                return x_new, True
+    return None
+
+
+# --------------------------------------------------------------- starts
+def _starts(corr, k, lower, n_starts, rng):
+    """Log-uniqueness starts: squared multiple correlations, psi = var, then random."""
+    d = corr.shape[0]
+    lam, vec = np.linalg.eigh(corr)
+    # diag(R^{-1}) through the eigenvalues, guarded for a singular R (n <= d, collinear features)
+    inv_diag = (vec**2) @ (1.0 / np.maximum(lam, 1e-8 * max(float(lam[-1]), 1e-300)))
+    smc = (1.0 - 0.5 * k / d) / inv_diag
+    starts = [np.log(np.clip(smc, 1e-3, 1.0)), np.zeros(d)]
+    while len(starts) < n_starts:
+        starts.append(np.log(rng.uniform(0.05, 1.0, d)))
+    return [np.maximum(s, lower) for s in starts[:n_starts]]
+
+
+class CovarianceFit(NamedTuple):
+    """Factor analysis of one covariance matrix (:func:`fit_covariance`).
+
+    Attributes
+    ----------
+    loadings : ndarray of shape (d, k)
+        ``W`` with orthogonal columns of ``Psi^{-1/2} W`` (unsigned).
+    noise : ndarray of shape (d,)
+        ``psi``.
+    objective : ndarray
+        ``-2 / n`` times the log-likelihood per row, minus ``d log 2 pi``,
+        after each Newton step of the kept start.
+    n_iter : int
+    converged : bool
+    scaled_gradient : float
+        Largest free ``|df/d log psi_j| / (1 + S_jj / psi_j)`` at the end.
+    start_objectives : list of float
+        The optimum reached from each start.
+    at_floor : ndarray of bool, shape (d,)
+    """
+
+    loadings: np.ndarray
+    noise: np.ndarray
+    objective: np.ndarray
+    n_iter: int
+    converged: bool
+    scaled_gradient: float
+    start_objectives: list
+    at_floor: np.ndarray
+
+
+def fit_covariance(
+    cov: np.ndarray,
+    k: int,
+    floor: np.ndarray,
+    *,
+    starts: list | None = None,
+    n_starts: int = DEFAULT_STARTS,
+    random_state=0,
+    tol: float = DEFAULT_TOL,
+    max_iter: int = 500,
+) -> CovarianceFit:
+    """Maximum-likelihood factor analysis of a covariance matrix (denominator ``n``).
+
+    Parameters
+    ----------
+    cov : ndarray of shape (d, d)
+    k : int
+    floor : ndarray of shape (d,)
+        Lower bounds of ``psi``. Features of zero variance get ``psi = floor``
+        and no loading.
+    starts : list of ndarray of shape (d,), optional
+        Starting ``psi`` (else :func:`fit_factor_analysis`'s default starts).
+    n_starts, random_state, tol, max_iter
+        As :func:`fit_factor_analysis`.
+
+    Returns
+    -------
+    CovarianceFit
+
+    Examples
+    --------
+    >>> cov = np.array([[1.0, 0.5, 0.4], [0.5, 1.0, 0.2], [0.4, 0.2, 1.0]])
+    >>> fit = fit_covariance(cov, 1, np.full(3, 1e-6))
+    >>> C = fit.loadings @ fit.loadings.T + np.diag(fit.noise)
+    >>> bool(np.allclose(C, cov))  # 3 features, 1 factor: an exact fit
+    True
+    """
+    d = cov.shape[0]
+    var = np.diag(cov).copy()
+    live = var > 0  # constant features: no loading, psi at the floor
+    sd = np.sqrt(var[live])
+    corr = cov[np.ix_(live, live)] / np.outer(sd, sd)
+    np.fill_diagonal(corr, 1.0)
+    lower = np.log(floor[live] / var[live])
+    if starts is None:
+        xs = _starts(corr, k, lower, n_starts, as_generator(random_state))
+    else:
+        xs = [np.maximum(np.log(np.maximum(s[live], 1e-300) / var[live]), lower) for s in starts]
+    runs = [_newton(x0, corr, k, lower, tol=tol, max_iter=max_iter) for x0 in xs]
+    # The first start that reaches the best optimum (to rounding), so that the
+    # choice among starts ending at the same point does not depend on rounding.
+    lowest = min(r.prof.value for r in runs)
+    best = next(r for r in runs if r.prof.value <= lowest + 64 * np.finfo(float).eps * r.prof.magnitude)
+    psi = np.array(floor, dtype=float)
+    psi[live] = np.exp(best.x) * var[live]
+    w = np.zeros((d, k))
+    w[live] = best.prof.loadings * sd[:, None]
+    at_floor = ~live
+    at_floor[live] = best.x <= lower + 1e-9
+    # f is on the correlation scale: add back log|diag(S)| and the constant features' log psi.
+    shift = float(np.sum(np.log(var[live])) + np.sum(np.log(psi[~live])))
+    return CovarianceFit(
+        w,
+        psi,
+        np.asarray(best.trace) + shift,
+        best.n_iter,
+        best.converged,
+        _scaled_gradient(best.prof, _free(best.x, lower, best.prof.gradient)),
+        [r.prof.value + shift for r in runs],
+        at_floor,
+    )
+
+
+# --------------------------------------------------------------- driver
+def fit_factor_analysis(
+    prepared: Prepared,
+    spec: ModelSpec,
+    *,
+    tol: float | None = None,
+    max_iter: int = 500,
+    floor: float = 1e-6,
+    init: LowRankGaussian | None = None,
+    n_starts: int = DEFAULT_STARTS,
+    random_state=0,
+) -> Fit:
+    """Maximum-likelihood factor analysis of complete data by Newton's method on ``log psi``.
+
+    Parameters
+    ----------
+    prepared : Prepared
+        Complete data (:func:`bayespca.statistics.prepare`).
+    spec : ModelSpec
+        ``noise="diagonal"``; ``n_components`` ``k`` in ``[1, d - 1]``.
+    tol : float or None, default=None
+        Stop when every free ``|df/d log psi_j|`` is at most
+        ``tol * (1 + S_jj / psi_j)`` (module notes; ``f`` is ``-2 / n`` times
+        the log-likelihood per row, so the test means the same at any ``n``
+        and scale). None: 1e-11. With 0, Newton runs until a step no longer
+        decreases ``f`` beyond rounding.
+    max_iter : int, default=500
+        Newton iterations per start.
+    floor : float, default=1e-6
+        ``psi_j >= floor * var_j`` (:func:`~bayespca.inference.closed_form.noise_floor`).
+    init : LowRankGaussian or None
+        Start from these uniquenesses (data units) instead of the default starts.
+    n_starts : int, default=4
+        Starts tried (module notes); the best optimum is kept.
+    random_state : int, Generator or None, default=0
+        Seed of the random starts.
+
+    Returns
+    -------
+    Fit
+        In data units, ``method="em"`` (the estimators' name for maximum
+        likelihood by iteration); ``W`` in canonical orientation; ``trace``
+        the log-likelihood after each Newton step of the kept start;
+        ``details`` a dict with the scaled gradient at the optimum and the
+        log-likelihood reached from each start.
+
+    Examples
+    --------
+    >>> from bayespca.statistics import prepare
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((500, 1)) @ [[1.0, 0.8, 0.6]] + rng.standard_normal((500, 3)) * 0.5
+    >>> fit = fit_factor_analysis(prepare(X), ModelSpec("diagonal", 1))
+    >>> C = fit.gaussian.loadings @ fit.gaussian.loadings.T + np.diag(fit.gaussian.noise)
+    >>> bool(fit.converged), bool(np.allclose(np.diag(C), X.var(axis=0)))
+    (True, True)
+    """
+    n, d = prepared.X.shape
+    k = check_n_components(spec.n_components, d, "n_features")
+    tol = DEFAULT_TOL if tol is None else check_number(tol, "tol", low=0.0)
+    max_iter = check_number(max_iter, "max_iter", integer=True, low=1)
+    n_starts = check_number(n_starts, "n_starts", integer=True, low=1)
+    stats = prepared.stats
+    cov = stats.scatter / n
+    floor_vec = noise_floor(np.diag(cov), floor)
+    starts = None if init is None else [np.asarray(init.noise, dtype=float) / prepared.scale**2]
+    res = fit_covariance(
+        cov, k, floor_vec, starts=starts, n_starts=n_starts, random_state=random_state, tol=tol,
+        max_iter=max_iter,
+    )
+    g = canonical_loadings(LowRankGaussian(res.loadings, res.noise, stats.mean))
+    ll = float(log_likelihood_from_stats(g, n, stats.mean, stats.scatter))
+    # The objective f is -2 / n times the log-likelihood per row, less d log(2 pi).
+    trace = -0.5 * n * (d * _LOG_2PI + res.objective)
+    to_data = -prepared.total_observed * np.log(prepared.scale)
+    starts = -0.5 * n * (d * _LOG_2PI + np.asarray(res.start_objectives)) + to_data
+    details = {"scaled_gradient": res.scaled_gradient, "start_log_likelihoods": starts.tolist()}
+    _warn(res.converged, max_iter, tol, res.at_floor, floor)
+    fit = Fit(g, ll, "em", res.n_iter, res.converged, trace, res.at_floor, details=details)
+    return fit.to_data_units(prepared.scale, prepared.total_observed)
+
+
+def _warn(converged, max_iter, tol, at_floor, floor):
+    if not converged:
+        warnings.warn(
+            f"Factor analysis did not converge in max_iter={max_iter} Newton steps (scaled gradient "
+            f"above tol={tol:g}); increase max_iter.",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
+    if at_floor.any():
+        warnings.warn(
+            f"features {np.flatnonzero(at_floor)[:10].tolist()} have noise variance at the lower "
+            "bound (Heywood case: they are explained almost exactly by the factors); "
+            f"floor = {floor:g} x feature variance.",
+            UserWarning,
+            stacklevel=4,
+        )

@@ -450,14 +450,17 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         Parameters
         ----------
         n_samples : int, default=1
-        random_state : int, numpy Generator or None
-            Seed of the JAX key (None: fresh entropy).
+        random_state : int, numpy Generator, RandomState or None
+            Drawn with NumPy (:func:`bayespca.params.as_generator`; None:
+            fresh entropy); nothing is compiled.
         """
+        from bayespca.params import as_generator
+
         check_is_fitted(self, "gaussian_")
         if isinstance(n_samples, bool) or not isinstance(n_samples, numbers.Integral) or n_samples < 1:
             raise ValueError(f"n_samples must be an int >= 1; got {n_samples!r}.")
-        key = _jax_key(random_state)
-        return np.asarray(gaussian.sample(self.gaussian_, key, int(n_samples)))
+        rng = as_generator(random_state)
+        return np.asarray(gaussian.sample(self.gaussian_, rng, int(n_samples)))
 
     def score_samples(self, X):
         """Marginal log-likelihood ``log N(x_i | mu, W W^T + Psi)`` per row, shape (n_samples,).

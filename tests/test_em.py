@@ -318,3 +318,39 @@ def test_bad_arguments(kwargs, match):
     spec = kwargs.pop("spec", ModelSpec("isotropic", 2))
     with pytest.raises(ValueError, match=match):
         fit_em(prepare(X), spec, **kwargs)
+
+
+def test_ml_fits_and_post_fit_calls_compile_nothing():
+    # Issue 18: compiling JAX code for each new data shape exhausted memory maps
+    # after ~1090 shapes. Maximum-likelihood fits and every post-fit call of a
+    # fitted PPCA / FactorAnalysis now run in NumPy/SciPy: XLA compiles nothing.
+    from bayespca.probabilistic import PPCA, FactorAnalysis
+
+    compiles = []
+
+    def listener(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(kwargs.get("fun_name"))
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        rng = np.random.default_rng(0)
+        for n, d in [(30, 4), (31, 5), (47, 6), (64, 9), (80, 12), (101, 7)]:
+            X = rng.standard_normal((n, 2)) @ rng.standard_normal((2, d)) + rng.standard_normal((n, d))
+            Xm = np.where(rng.random(X.shape) < 0.1, np.nan, X)
+            for model in (PPCA(2), PPCA(2, method="em"), FactorAnalysis(2)):
+                for data in (X, Xm):
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", UserWarning)
+                        model.fit(data)
+                    model.score(X)
+                    model.score_samples(Xm)
+                    model.transform(Xm)
+                    model.latent_posterior(X)
+                    model.impute(Xm, return_variance=True)
+                    model.get_covariance()
+                    model.get_precision()
+                    model.sample(3, random_state=0)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert compiles == []

@@ -51,12 +51,14 @@ _LOG_2PI = np.log(2.0 * np.pi)
 
 
 def noise_floor(variances: np.ndarray, relative: float) -> np.ndarray:
-    """Lower bound on each noise variance: ``relative * max(var_j, 1e-6 * mean(var))``.
+    """Lower bound on each noise variance: ``relative * var_j`` (of ``1e-6 * mean(var)`` if ``var_j = 0``).
 
     Keeps ``psi_j`` (and the likelihood) finite where the ML value is 0: a
-    constant feature, duplicated features, or a Heywood case. The
-    ``1e-6 * mean(var)`` term gives constant features a positive bound on the
-    scale of the data (1 when every feature is constant).
+    constant feature, duplicated features, or a Heywood case. Proportional
+    to each feature's own variance, however small, so that a fit of the
+    data with each feature rescaled is the rescaled fit (factor analysis is
+    equivariant under that); a constant feature gets a positive bound on
+    the scale of the data (1 when every feature is constant).
 
     Parameters
     ----------
@@ -67,13 +69,13 @@ def noise_floor(variances: np.ndarray, relative: float) -> np.ndarray:
 
     Examples
     --------
-    >>> noise_floor(np.array([2.0, 0.0]), 1e-6)
-    array([2.e-06, 1.e-12])
+    >>> noise_floor(np.array([2.0, 1e-20, 0.0]), 1e-6)
+    array([2.00000000e-06, 1.00000000e-26, 6.66666667e-13])
     """
     scale = float(np.mean(variances))
     if not scale > 0:
         scale = 1.0
-    return relative * np.maximum(variances, 1e-6 * scale)
+    return relative * np.where(variances > 0, variances, 1e-6 * scale)
 
 
 def check_n_components(n_components, upper: int, what: str) -> int:

@@ -51,6 +51,7 @@ import warnings
 from typing import NamedTuple
 
 import numpy as np
+import scipy.linalg.lapack
 from sklearn.exceptions import ConvergenceWarning
 
 from bayespca.gaussian import LowRankGaussian, canonical_loadings, log_prob
@@ -61,15 +62,17 @@ from bayespca.statistics import Prepared
 
 __all__ = [
     "DEFAULT_TOL",
+    "Correlation",
     "CovarianceFit",
     "Profile",
+    "correlation",
     "fit_covariance",
     "fit_factor_analysis",
     "profile",
     "with_hessian",
 ]
 
-DEFAULT_TOL = 1e-11  # scaled gradient |df/dx_j| / (1 + S*_jj) at which Newton stops
+DEFAULT_TOL = 1e-14  # scaled gradient |df/dx_j| / (1 + S*_jj) at which Newton stops
 DEFAULT_STARTS = 32  # at most; benign fits stop after 2
 _ALTERNATING = 20  # scikit-learn-style iterations before Newton, for two of the starts
 _BENIGN = np.log(1e-3)  # an optimum with every psi above this (correlation scale) has no Heywood case
@@ -78,6 +81,9 @@ _ARMIJO = 1e-4
 _MAX_STEP = 4.0  # largest change of any log psi_j per Newton step
 _PIN = np.log(1e-8)  # log psi_j (correlation scale) below which it goes to its floor
 _NEAR_FLOOR = 10.0  # log psi_j within this of its floor may be sent there at once
+_ENDGAME = 1e-6  # scaled gradient below which Newton steps are judged by the gradient
+_LEVEL = 1e-10  # relative change of f within which an endgame step counts as level
+_GRADED = 1e3  # ratio of the largest to the smallest sqrt(psi_j) above which S* is decomposed by Jacobi
 _STATIONARY = 1e-7  # scaled gradient below which a stalled Newton run counts as converged
 
 
@@ -138,9 +144,13 @@ def profile(x: np.ndarray, corr: np.ndarray, k: int, hessian: bool = False) -> P
     >>> np.abs(p.gradient).max() < 1e-15, p.loadings.ravel().round(6)
     (np.True_, array([0.707107, 0.707107]))
     """
+    matrix, factor = corr if isinstance(corr, Correlation) else (corr, None)
     sd = np.exp(0.5 * x)
-    scaled = corr / np.outer(sd, sd)
-    theta, vectors = _graded_eigh(scaled)
+    scaled = matrix / np.outer(sd, sd)
+    if np.max(sd) > _GRADED * np.min(sd):
+        theta, vectors = _jacobi_eigh(factor if factor is not None else correlation(matrix).factor, sd)
+    else:
+        theta, vectors = _graded_eigh(scaled)
     active = np.flatnonzero(theta[:k] > 1.0)
     ta, ua = theta[active], vectors[:, active]
     diag = np.diag(scaled)
@@ -163,6 +173,44 @@ def with_hessian(prof: Profile) -> Profile:
         return prof
     theta, vectors, active = prof.spectrum
     return prof._replace(hessian=_hessian(theta, vectors, active, prof.scaled_diagonal))
+
+
+class Correlation(NamedTuple):
+    """A correlation (or covariance) matrix with a square root ``factor^T factor = matrix``."""
+
+    matrix: np.ndarray
+    factor: np.ndarray
+
+
+def correlation(matrix: np.ndarray) -> Correlation:
+    """``matrix`` with the factor ``Lambda^{1/2} V^T`` of its eigendecomposition (negative eigenvalues as 0).
+
+    Examples
+    --------
+    >>> c = correlation(np.array([[1.0, 0.5], [0.5, 1.0]]))
+    >>> bool(np.allclose(c.factor.T @ c.factor, c.matrix))
+    True
+    """
+    lam, vec = np.linalg.eigh(matrix)
+    return Correlation(matrix, np.sqrt(np.maximum(lam, 0.0))[:, None] * vec.T)
+
+
+def _jacobi_eigh(factor, sd):
+    """Eigenpairs (decreasing) of ``S* = D factor^T factor D``, ``D = diag(1 / sd)``, by one-sided Jacobi.
+
+    When some ``psi_j`` are orders of magnitude below the others, ``S*`` is
+    strongly graded: even sorted, ``eigh`` leaves the eigenvectors of the
+    small eigenvalues wrong by ``eps * max theta`` (measured: 1e-5 in the
+    gradient of the log-likelihood in ``W``), while Jacobi's SVD of the
+    column-scaled ``factor D`` (LAPACK ``dgejsv``, Drmac & Veselic 2008) is
+    accurate to ``eps`` times the condition of ``factor`` alone (5e-13).
+    """
+    sva, _, v, work, _, info = scipy.linalg.lapack.dgejsv(factor / sd, joba=0, jobu=3, jobv=0)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"dgejsv failed (info={info})")
+    values = sva * (work[0] / work[1]) if work[0] != work[1] else sva
+    order = np.argsort(-values, kind="stable")
+    return values[order] ** 2, v[:, order]
 
 
 def _graded_eigh(a):
@@ -296,10 +344,10 @@ def _trial_points(x, step, prof: Profile, lower):
     """
     falling = (step < 0) & (prof.gradient > 0) & (x < lower + _NEAR_FLOOR) & (x > lower)
     if falling.any():
-        yield np.where(falling, lower, np.maximum(x + step, lower))
+        yield np.where(falling, lower, np.maximum(x + step, lower)), True
     t = 1.0
     while t > 1e-10:
-        yield np.maximum(x + t * step, lower)
+        yield np.maximum(x + t * step, lower), t == 1.0
         t *= 0.5
 
 
@@ -307,20 +355,26 @@ def _line_search(x, step, prof: Profile, corr, k, lower, size):
     """Backtracking (Armijo) along the projected path; ``(x_new, gain, profile)`` or None.
 
     Near the optimum the change of ``f`` drowns in its rounding error (large
-    when a ``psi_j`` sits near a small floor); the first (longest) trial
-    point is then taken if ``f`` is level within rounding and the gradient,
-    which stays accurate, is smaller there. ``gain`` is the factor by which
-    the scaled gradient shrank (0 after a clear decrease of ``f``).
+    when a ``psi_j`` sits near a small floor: the eigenvalues of ``S*`` are
+    as large as ``1 / psi_j``); a full step (with or without the floor
+    trial) is then taken if ``f`` is level within rounding and the gradient,
+    which stays accurate, is smaller there; in the quadratic endgame (scaled
+    gradient below 1e-6), where a Newton step changes f by ~``g^2``, a full
+    step that cuts the gradient tenfold is taken if f rose by at most 1e-10
+    relative. ``gain`` is the
+    factor by which the scaled gradient shrank (0 after a clear decrease of
+    ``f``).
     """
     noise = 64 * np.finfo(float).eps * prof.magnitude
-    for i, x_new in enumerate(_trial_points(x, step, prof, lower)):
+    for x_new, full in _trial_points(x, step, prof, lower):
         cand = profile(x_new, corr, k)
         slope = float(prof.gradient @ (x_new - x))
         if cand.value <= prof.value + _ARMIJO * slope and cand.value < prof.value - noise:
             return x_new, 0.0, cand
-        if i == 0 and cand.value <= prof.value + noise:
+        endgame = _LEVEL * (1.0 + abs(prof.value)) if size < _ENDGAME else 0.0
+        if full and cand.value <= prof.value + max(noise, endgame):
             smaller = _scaled_gradient(cand, _free(x_new, lower, cand.gradient)) / size
-            if smaller < 1.0:
+            if smaller < (1.0 if cand.value <= prof.value + noise else 0.1):
                 return x_new, smaller, cand
     return None
 
@@ -353,14 +407,14 @@ def _alternating(x, corr, k, lower, n_iter=_ALTERNATING):
 
 def _multistart(corr, k, lower, n_starts, rng, tol, max_iter):
     """Newton from the default starts; see :func:`fit_factor_analysis`."""
-    smc, ones, pca = _deterministic_starts(corr, k, lower)
+    smc, ones, pca = _deterministic_starts(corr.matrix, k, lower)
     runs = [_newton(x0, corr, k, lower, tol=tol, max_iter=max_iter) for x0 in (smc, ones)[:n_starts]]
     best = _best(runs)
     if len(runs) < 2 or (_agree(runs[0], runs[1]) and np.min(best.x) > _BENIGN):
         return runs, best
     more = [_alternating(smc, corr, k, lower), _alternating(pca, corr, k, lower)]
     while len(runs) < n_starts:
-        x0 = more.pop(0) if more else np.maximum(np.log(rng.uniform(0.05, 1.0, corr.shape[0])), lower)
+        x0 = more.pop(0) if more else np.maximum(np.log(rng.uniform(0.05, 1.0, lower.size)), lower)
         runs.append(_newton(x0, corr, k, lower, tol=tol, max_iter=max_iter))
     return runs, _best(runs)
 
@@ -455,6 +509,7 @@ def fit_covariance(
     corr = cov[np.ix_(live, live)] / np.outer(sd, sd)
     np.fill_diagonal(corr, 1.0)
     lower = np.log(floor[live] / var[live])
+    corr = correlation(corr)
     if starts is None:
         runs, best = _multistart(corr, k, lower, n_starts, as_generator(random_state), tol, max_iter)
     else:

@@ -51,6 +51,7 @@ import warnings
 from typing import NamedTuple
 
 import numpy as np
+import scipy.linalg
 import scipy.linalg.lapack
 from sklearn.exceptions import ConvergenceWarning
 
@@ -83,7 +84,10 @@ _PIN = np.log(1e-8)  # log psi_j (correlation scale) below which it goes to its 
 _NEAR_FLOOR = 10.0  # log psi_j within this of its floor may be sent there at once
 _ENDGAME = 1e-6  # scaled gradient below which Newton steps are judged by the gradient
 _LEVEL = 1e-10  # relative change of f within which an endgame step counts as level
+_SORT = 1e2  # diagonal spread of S* above which eigh sees it sorted
 _GRADED = 1e3  # ratio of the largest to the smallest sqrt(psi_j) above which S* is decomposed by Jacobi
+_JOIN_LOW = np.log(1e-4)
+_JOIN = 0.1  # a run this close (every log psi_j) to a known optimum stops
 _STATIONARY = 1e-7  # scaled gradient below which a stalled Newton run counts as converged
 
 
@@ -146,24 +150,25 @@ def profile(x: np.ndarray, corr: np.ndarray, k: int, hessian: bool = False) -> P
     """
     matrix, factor = corr if isinstance(corr, Correlation) else (corr, None)
     sd = np.exp(0.5 * x)
-    scaled = matrix / np.outer(sd, sd)
-    if np.max(sd) > _GRADED * np.min(sd):
+    inv = 1.0 / sd
+    diag = matrix.diagonal() * inv * inv
+    if sd.max() > _GRADED * sd.min():
         theta, vectors = _jacobi_eigh(factor if factor is not None else correlation(matrix).factor, sd)
     else:
-        theta, vectors = _graded_eigh(scaled)
-    active = np.flatnonzero(theta[:k] > 1.0)
-    ta, ua = theta[active], vectors[:, active]
-    diag = np.diag(scaled)
+        theta, vectors = _graded_eigh(matrix * np.multiply.outer(inv, inv), diag)
+    # Theta decreases, so the factors with theta_i > 1 are the first ``a``.
+    a = int(np.count_nonzero(theta[:k] > 1.0))
+    ta, ua = theta[:a], vectors[:, :a]
+    log_ta = np.log(ta)
     # sum_{i in A} (log theta_i + 1) + sum_{i not in A} theta_i: the huge eigenvalues
     # of a psi_j near 0 enter through their logarithm, not through tr S* - theta_1.
-    rest = np.ones(theta.size, dtype=bool)
-    rest[active] = False
-    value = float(np.sum(x) + np.sum(np.log(ta) + 1.0) + np.sum(theta[rest]))
-    gradient = 1.0 - diag + (ua**2) @ (ta - 1.0)
+    rest = theta[a:]
+    value = float(x.sum() + log_ta.sum() + a + rest.sum())
+    gradient = 1.0 - diag + (ua * ua) @ (ta - 1.0)
     w = np.zeros((x.size, k))
-    w[:, active] = sd[:, None] * ua * np.sqrt(ta - 1.0)
-    magnitude = float(np.sum(np.abs(x)) + np.sum(np.abs(np.log(ta))) + np.sum(np.abs(theta[rest])))
-    prof = Profile(value, gradient, None, w, diag, magnitude, (theta, vectors, active))
+    w[:, :a] = sd[:, None] * ua * np.sqrt(ta - 1.0)
+    magnitude = float(np.abs(x).sum() + np.abs(log_ta).sum() + np.abs(rest).sum())
+    prof = Profile(value, gradient, None, w, diag, magnitude, (theta, vectors, np.arange(a)))
     return with_hessian(prof) if hessian else prof
 
 
@@ -213,7 +218,7 @@ def _jacobi_eigh(factor, sd):
     return values[order] ** 2, v[:, order]
 
 
-def _graded_eigh(a):
+def _graded_eigh(a, diag):
     """Eigenpairs of symmetric ``a``, decreasing, accurate when its diagonal is graded.
 
     ``S* = Psi^{-1/2} S Psi^{-1/2}`` has entries of order ``1 / psi_j``: as a
@@ -223,31 +228,29 @@ def _graded_eigh(a):
     decreases along the matrix, so the features are sorted that way first
     (measured on breast cancer: 2e-11 relative at ``psi_j = 1e-12`` and ``1e-15``).
     """
-    order = np.argsort(-np.diag(a), kind="stable")
-    theta, vectors = np.linalg.eigh(a[np.ix_(order, order)])
+    if diag.max() <= _SORT * diag.min():  # hardly graded: nothing to sort
+        theta, vectors = np.linalg.eigh(a)
+        return theta[::-1], vectors[:, ::-1]
+    order = np.argsort(-diag, kind="stable")
+    theta, vectors = np.linalg.eigh(a[order][:, order])
     unsorted = np.empty_like(vectors)
     unsorted[order] = vectors
     return theta[::-1], unsorted[:, ::-1]
 
 
 def _hessian(theta, vectors, active, diag):
-    d = theta.size
-    inactive = np.ones(d, dtype=bool)
-    inactive[active] = False
+    d, a = theta.size, active.size
     hess = np.diag(diag)
-    if active.size == 0:
+    if a == 0:
         return hess
-    weights, products = [], []
-    for i in active:
-        c = np.empty(d)
-        c[active] = 0.5 * (theta[i] + theta[active])
-        c[i] = theta[i]
-        # theta_i > 1 >= theta_m here, so the denominators are positive.
-        c[inactive] = (theta[i] - 1.0) * (theta[i] + theta[inactive]) / (theta[i] - theta[inactive])
-        weights.append(c)
-        products.append(vectors * vectors[:, [i]])
-    q = np.concatenate(products, axis=1)
-    return hess - (q * np.concatenate(weights)) @ q.T
+    t = theta[:a, None]  # the active factors are the first a (theta decreases)
+    weights = np.empty((a, d))
+    weights[:, :a] = 0.5 * (t + theta[:a])
+    weights[np.arange(a), np.arange(a)] = theta[:a]
+    # theta_i > 1 >= theta_m here, so the denominators are positive.
+    weights[:, a:] = (t - 1.0) * (t + theta[a:]) / (t - theta[a:])
+    products = (vectors[:, :a, None] * vectors[:, None, :]).reshape(d, a * d)  # u_ji u_jm
+    return hess - (products * weights.ravel()) @ products.T
 
 
 # --------------------------------------------------------------- Newton
@@ -257,6 +260,7 @@ class _Run(NamedTuple):
     trace: list
     n_iter: int
     converged: bool
+    joined: bool = False  # stopped on the way to an optimum already found
 
 
 def _free(x, lower, gradient):
@@ -271,14 +275,24 @@ def _scaled_gradient(prof: Profile, free) -> float:
 
 def _newton_direction(hess, gradient):
     """``-H^{-1} g`` with ``H`` made positive definite (eigenvalues raised to a fraction of the largest)."""
+    try:  # the usual case near an optimum, at a third of the cost
+        chol = np.linalg.cholesky(hess)
+        if np.min(np.diag(chol)) ** 2 > 1e-8 * max(float(np.max(np.diag(hess))), 1.0):
+            return -scipy.linalg.cho_solve((chol, True), gradient, check_finite=False)
+    except np.linalg.LinAlgError:
+        pass
     lam, vec = np.linalg.eigh(hess)
     top = max(float(np.max(np.abs(lam), initial=0.0)), 1.0)
     lam = np.maximum(np.abs(lam), 1e-8 * top)
     return -vec @ ((vec.T @ gradient) / lam)
 
 
-def _newton(x, corr, k, lower, *, tol, max_iter) -> _Run:
-    """Projected Newton with line search from ``x``; returns the last point and its trace of f."""
+def _newton(x, corr, k, lower, *, tol, max_iter, known=()) -> _Run:
+    """Projected Newton with line search from ``x``; returns the last point and its trace of f.
+
+    A run that comes within ``_JOIN`` (in every ``log psi_j``) of one of the
+    ``known`` optima stops there (``joined``): it would end at that optimum.
+    """
     x = np.maximum(x, lower)
     prof = profile(x, corr, k, hessian=True)
     trace = [prof.value]
@@ -296,6 +310,10 @@ def _newton(x, corr, k, lower, *, tol, max_iter) -> _Run:
         if found is None:  # no progress beyond rounding: stationary to working precision
             return _Run(x, prof, trace, it - 1, size <= _STATIONARY)
         x, gain, prof = found
+        # (All psi_j below 1e-4 count as equal: a run creeps to a Heywood floor.)
+        here = np.maximum(x, _JOIN_LOW)
+        if any(np.max(np.abs(here - np.maximum(x_known, _JOIN_LOW))) < _JOIN for x_known in known):
+            return _Run(x, prof, trace, it, False, joined=True)
         prof = with_hessian(prof)
         trace.append(min(prof.value, trace[-1]))  # a level step may differ by rounding
         stalls = stalls + 1 if gain > 0.5 else 0
@@ -325,7 +343,8 @@ def _steps(x, prof: Profile, free, lower):
     for fixed in (pinned, np.zeros_like(pinned)) if pinned.any() else (pinned,):
         moving = free & ~fixed
         newton = np.zeros_like(x)
-        newton[moving] = _newton_direction(prof.hessian[np.ix_(moving, moving)], prof.gradient[moving])
+        hess = prof.hessian if moving.all() else prof.hessian[moving][:, moving]
+        newton[moving] = _newton_direction(hess, prof.gradient[moving])
         longest = float(np.max(np.abs(newton), initial=0.0))
         boxed = np.clip(newton, -_MAX_STEP, _MAX_STEP)
         for step in (boxed, newton * (_MAX_STEP / longest)) if longest > _MAX_STEP else (boxed,):
@@ -408,14 +427,18 @@ def _alternating(x, corr, k, lower, n_iter=_ALTERNATING):
 def _multistart(corr, k, lower, n_starts, rng, tol, max_iter):
     """Newton from the default starts; see :func:`fit_factor_analysis`."""
     smc, ones, pca = _deterministic_starts(corr.matrix, k, lower)
-    runs = [_newton(x0, corr, k, lower, tol=tol, max_iter=max_iter) for x0 in (smc, ones)[:n_starts]]
+    runs = [_newton(smc, corr, k, lower, tol=tol, max_iter=max_iter)]
+    if n_starts < 2:
+        return runs, runs[0]
+    runs.append(_newton(ones, corr, k, lower, tol=tol, max_iter=max_iter, known=[runs[0].x]))
     best = _best(runs)
-    if len(runs) < 2 or (_agree(runs[0], runs[1]) and np.min(best.x) > _BENIGN):
+    if (runs[1].joined or _agree(runs[0], runs[1])) and np.min(best.x) > _BENIGN:
         return runs, best
     more = [_alternating(smc, corr, k, lower), _alternating(pca, corr, k, lower)]
     while len(runs) < n_starts:
         x0 = more.pop(0) if more else np.maximum(np.log(rng.uniform(0.05, 1.0, lower.size)), lower)
-        runs.append(_newton(x0, corr, k, lower, tol=tol, max_iter=max_iter))
+        known = [r.x for r in runs if not r.joined]
+        runs.append(_newton(x0, corr, k, lower, tol=tol, max_iter=max_iter, known=known))
     return runs, _best(runs)
 
 
@@ -424,11 +447,12 @@ def _agree(a: _Run, b: _Run) -> bool:
 
 
 def _best(runs):
-    """Among the runs that reached the lowest f, the first converged one (else the first).
+    """Among the runs that reached the lowest f, the first converged one (else the first); never a joined run.
 
     Taking the first, not the lowest to the last digit, keeps rounding from
     choosing among starts that ended at the same optimum.
     """
+    runs = [r for r in runs if not r.joined]
     lowest = min(r.prof.value for r in runs)
     at_best = [r for r in runs if r.prof.value <= lowest + 1e-9 * (1.0 + abs(lowest))]
     return next((r for r in at_best if r.converged), at_best[0])
@@ -451,7 +475,8 @@ class CovarianceFit(NamedTuple):
     scaled_gradient : float
         Largest free ``|df/d log psi_j| / (1 + S_jj / psi_j)`` at the end.
     start_objectives : list of float
-        The optimum reached from each start.
+        The optimum reached from each start (where it stopped, for a start that
+        joined an optimum already found).
     at_floor : ndarray of bool, shape (d,)
     """
 

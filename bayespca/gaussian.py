@@ -139,13 +139,11 @@ class _NumPyOps:
         if chol.shape[-1] == 0:
             return np.array(b, dtype=float)
         if chol.ndim == 2:
-            # LAPACK directly: scipy.linalg.solve_triangular costs ~100 us per call in checks.
-            # (A C-ordered right-hand side: a Fortran-ordered one, e.g. a transpose, took
-            # OpenBLAS's threaded path, 1-3 ms per call on small matrices, measured.)
-            x, info = scipy.linalg.lapack.dtrtrs(chol, np.ascontiguousarray(b), lower=1, trans=int(transpose))
-            if info != 0:
-                raise np.linalg.LinAlgError("singular triangular factor")
-            return x
+            # The k x k inverse, then one product: LAPACK's triangular solve with many
+            # right-hand sides takes OpenBLAS's threaded path, which on a loaded machine
+            # waits milliseconds for its second thread (measured 8 ms for k = 1, n = 150).
+            inverse = _NumPyOps.tri_inverse(chol)
+            return (inverse.T if transpose else inverse) @ b
         # SciPy loops over batches in Python; NumPy's LU gufunc loops in C.
         return np.linalg.solve(np.swapaxes(chol, -1, -2) if transpose else chol, b)
 

@@ -41,6 +41,7 @@ import numpy as np
 
 from bayespca.gaussian import LowRankGaussian
 from bayespca.inference.contract import Fit, ModelSpec
+from bayespca.inference.threads import serial_blas
 from bayespca.linalg import svd_covariance, svd_full, svd_gram
 from bayespca.pca import choose_solver
 from bayespca.statistics import Prepared
@@ -196,12 +197,13 @@ def ppca_closed_form(prepared: Prepared, spec: ModelSpec, *, floor: float = 1e-1
     rank_max = min(n, d)
     r = min(k, rank_max)
     solver = choose_solver(n, d, None)
-    if solver == "full":
-        svd = svd_full(X, mean)
-    elif solver == "gram":
-        svd = svd_gram(X, mean, r)
-    else:
-        svd = svd_covariance(X, mean, r)
+    with serial_blas(n * d * min(n, d)):
+        if solver == "full":
+            svd = svd_full(X, mean)
+        elif solver == "gram":
+            svd = svd_gram(X, mean, r)
+        else:
+            svd = svd_covariance(X, mean, r)
     lam = np.zeros(k)
     lam[:r] = svd.singular_values[:r] ** 2 / n
     total = svd.total_ss / n

@@ -94,6 +94,7 @@ from bayespca.gaussian import (
 from bayespca.inference.closed_form import check_n_components, noise_floor, ppca_from_spectrum
 from bayespca.inference.contract import NOISE_KINDS, Fit, ModelSpec
 from bayespca.inference.factor_ml import fit_covariance, fit_factor_analysis
+from bayespca.inference.threads import serial_blas
 from bayespca.linalg import eigh_top
 from bayespca.params import check_choice, check_number
 from bayespca.statistics import Prepared
@@ -105,8 +106,8 @@ DEFAULT_FLOOR = {"isotropic": 1e-10, "diagonal": 1e-9}
 DEFAULT_TOL = 1e-9  # estimated distance of the parameters to the EM fixed point
 _NOISY_STEP = 1e-11  # steps this small are too noisy to measure the rate from
 _STALLED = 1e-6  # step size below which a stop forced by rounding still counts as converged
-_M_STEP_TOL = 1e-12
-_START_FLOOR = 5e-3  # Newton tolerance of the factor-analysis M-step
+_M_STEP_TOL = 1e-12  # Newton tolerance of the factor-analysis M-step
+_START_FLOOR = 5e-3  # uniquenesses of the start, relative to each variance, at least this
 
 
 class _Problem(NamedTuple):
@@ -476,9 +477,12 @@ def fit_em(
         psi0 = np.full(d, psi0.mean()) if isotropic else psi0
         psi0 = np.maximum(psi0, prob.floor)
     step = _missing_map if has_missing else _complete_map
-    x, ll, trace, n_maps, converged = _iterate(
-        (w0, psi0, mu0), prob, step, tol=tol, max_iter=max_iter, accelerate=accelerate
-    )
+    # Work of one map: the missing-block covariances, S A, or Xc^T (Xc A).
+    flops = n * d * d * k if has_missing else (n * d * k if prob.data_form else d * d * k)
+    with serial_blas(flops):
+        x, ll, trace, n_maps, converged = _iterate(
+            (w0, psi0, mu0), prob, step, tol=tol, max_iter=max_iter, accelerate=accelerate
+        )
     w, psi, mu = x
     at_floor = psi <= prob.floor * (1.0 + 1e-9)
     _warn(converged, max_iter, tol, at_floor, isotropic, rel_floor)

@@ -23,19 +23,36 @@ perturbation of the eigenpairs; A the factors with ``theta_i > 1``)
 This is the objective of R's ``factanal``. It is minimised here by Newton's
 method with a backtracking line search, the Hessian made positive definite
 where it is not, and bounds ``psi_j >= floor * var_j`` handled as an active
-set (Heywood cases). Newton converges quadratically, so the reported
-optimum has a gradient at rounding level; EM and scikit-learn's
-alternating iteration converge linearly and stop visibly short of it on
-slow problems. Everything runs on the correlation matrix, where ``f`` is
-unchanged (factor analysis is equivariant under rescaling each feature),
-so the result does not depend on the units of the data.
+set (Heywood cases; a ``psi_j`` below 1e-8 of its variance goes to the
+floor, Bertsekas' epsilon-active set). Newton converges quadratically, so
+the reported optimum has a gradient at rounding level; EM and
+scikit-learn's alternating iteration converge linearly and stop visibly
+short of it on slow problems. Everything runs on the correlation matrix,
+where ``f`` is unchanged (factor analysis is equivariant under rescaling
+each feature), so the result does not depend on the units of the data.
 
-The likelihood has local optima (a factor may lock onto one feature, or a
-feature may be a Heywood case only at the global optimum). The fit
-therefore starts from several points: squared multiple correlations
-(``factanal``'s start), ``psi = var`` (scikit-learn's start), and a few
-random uniquenesses; each start costs a few eigendecompositions of a
-d x d matrix, independent of ``n``.
+Accuracy near the floor. ``S*`` has entries ``1 / psi_j``; a plain
+``eigh`` loses its small eigenpairs to ``eps * max theta``. They are kept
+by sorting the diagonal before ``eigh`` and, when the ``psi_j`` span more
+than six decades, by a one-sided Jacobi SVD of the scaled square root of
+the correlation (LAPACK ``dgejsv``). Near the optimum, where the change of
+``f`` is below its rounding error, Newton steps are judged by the
+gradient, which stays accurate.
+
+Starts. The likelihood has local optima (a factor may lock onto one
+feature, or a feature be a Heywood case only at the global optimum).
+Newton runs from the squared multiple correlations (``factanal``'s start)
+and from ``psi = var`` (scikit-learn's, scale-free); when the two agree on
+an optimum without a Heywood case, that is the answer (the usual case:
+two runs). Otherwise it runs from two more starts (scikit-learn's
+alternating iterations from the first and from principal-component
+communalities) and from random uniquenesses, 32 starts in all; a run that
+comes close to an optimum already found stops there. Each start costs
+eigendecompositions of a d x d matrix, independent of ``n``. On
+scikit-learn's datasets (iris, wine, diabetes, breast cancer, raw and
+standardised, k up to the Ledermann bound) this never ends below
+scikit-learn's ``FactorAnalysis(tol=1e-8, max_iter=20000)`` and is above it
+by up to 750 nats.
 
 References
 ----------
@@ -58,6 +75,7 @@ from sklearn.exceptions import ConvergenceWarning
 from bayespca.gaussian import LowRankGaussian, canonical_loadings, log_prob
 from bayespca.inference.closed_form import check_n_components, noise_floor
 from bayespca.inference.contract import Fit, ModelSpec
+from bayespca.inference.threads import serial_blas
 from bayespca.params import as_generator, check_number
 from bayespca.statistics import Prepared
 
@@ -626,10 +644,11 @@ def fit_factor_analysis(
     cov = stats.scatter / n
     floor_vec = noise_floor(np.diag(cov), floor)
     starts = None if init is None else [np.asarray(init.noise, dtype=float) / prepared.scale**2]
-    res = fit_covariance(
-        cov, k, floor_vec, starts=starts, n_starts=n_starts, random_state=random_state, tol=tol,
-        max_iter=max_iter,
-    )
+    with serial_blas(k * d**3):  # the Hessian, the largest product of a Newton step
+        res = fit_covariance(
+            cov, k, floor_vec, starts=starts, n_starts=n_starts, random_state=random_state, tol=tol,
+            max_iter=max_iter,
+        )
     g = canonical_loadings(LowRankGaussian(res.loadings, res.noise, stats.mean))
     # From the rows (O(n d k)), the way score_samples computes it: the statistics
     # form loses ~eps * cond(C) when two features are at the floor together.

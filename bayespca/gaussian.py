@@ -38,9 +38,12 @@ result accurate to rounding there (the textbook forms lose
    it.
 2. Quadratic forms are ``|y - A z*|^2 + |z*|^2``, a sum of squares, not the
    difference ``|y|^2 - |L^{-1} A^T y|^2`` of two huge numbers.
-3. The diagonal of ``(I + A A^T)^{-1}`` (hence of the precision) is the sum
-   of squares ``sum_m (I - G)_{lm}^2 + |M^{-1} a_l|^2`` with
-   ``G = A M^{-1} A^T``, not ``1 - G_ll``.
+3. The precision ``C^{-1}``, whose Woodbury form ``Psi^{-1} - ...`` is a
+   difference of entries of size ``1 / psi``, is refined by three steps of
+   iterative refinement ``P <- P + P (I - C P)``, each O(d^2 k) through
+   the Woodbury form and each multiplying the error by ``eps / psi_min``
+   (measured: ``|C P - I|`` 1e-4 -> 1e-12 at ``psi = 1e-12`` var). The
+   statistics form of the log-likelihood uses it: ``tr(C^{-1} S)``.
 
 Rows with missing entries (``observed`` masks) are handled exactly: row ``i``
 is the Gaussian of its observed block ``O_i``, with its own capacitance
@@ -715,8 +718,8 @@ def precision(g: LowRankGaussian):
     """Inverse covariance ``C^{-1} = Psi^{-1/2} (I - A M^{-1} A^T) Psi^{-1/2}``, shape (d, d).
 
     Only the k x k capacitance ``M`` is factorised (Woodbury identity), cost
-    O(d^2 k); the diagonal is computed as a sum of squares (module notes), so
-    ``C C^{-1} = I`` to rounding however small a noise variance is.
+    O(d^2 k); iterative refinement (module notes) makes ``C C^{-1} = I`` to
+    rounding however small a noise variance is.
 
     Examples
     --------

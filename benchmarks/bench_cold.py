@@ -6,7 +6,7 @@ Usage::
 
 Each measurement runs in a new Python process (``subprocess``), so nothing
 is cached, compiled or warmed up before it: the process imports both
-libraries, makes the data, then fits
+libraries, makes the data, then fits one of
 
 * ``bayespca.PCA(k)`` and ``sklearn.decomposition.PCA(k)``,
 * ``bayespca.PPCA(k)`` (closed form) against scikit-learn's ``PCA(k)``,
@@ -54,6 +54,7 @@ _SWEEP_WORKER = textwrap.dedent(
     import json, sys, time, warnings
     warnings.simplefilter("ignore")
     n, d, k, sk_first = (int(a) for a in sys.argv[1:5])
+    model = sys.argv[5]
     import numpy as np
     from sklearn.decomposition import PCA as SkPCA, FactorAnalysis as SkFA
     from bayespca import PCA, PPCA, FactorAnalysis
@@ -69,7 +70,7 @@ _SWEEP_WORKER = textwrap.dedent(
         "fa": (lambda: FactorAnalysis(k), lambda: SkFA(k)),
     }
     out = {}
-    for name, (ours, theirs) in pairs.items():
+    for name, (ours, theirs) in [(model, pairs[model])]:
         order = [("sk", theirs), ("ours", ours)] if sk_first else [("ours", ours), ("sk", theirs)]
         times = {"ours": [], "sk": []}
         models = {}
@@ -128,8 +129,9 @@ def sweep_rows(repeats: int, threads: str, shapes=SHAPES):
     warm = f"{'warm ours':>9} {'warm sk':>8} {'ratio':>6}"
     print(f"{'n x d, k':>16} | {'model':<5} {cold} | {warm} | FA loglik ours - sk")
     for n, d, k in shapes:
-        runs = [json.loads(run_worker(_SWEEP_WORKER, (n, d, k, r % 2), threads)) for r in range(repeats)]
         for name in ("pca", "ppca", "fa"):
+            args = [(n, d, k, r % 2, name) for r in range(repeats)]
+            runs = [json.loads(run_worker(_SWEEP_WORKER, a, threads)) for a in args]
             med = {(who, kind): float(np.median([r[name][who][kind] for r in runs]))
                    for who in ("ours", "sk") for kind in ("cold", "warm")}
             line = (

@@ -9,16 +9,75 @@ threads and 0.3 ms on one; a 1 x 1 triangular solve with 150 right-hand
 sides 8 ms and 2 us. Below a few tens of millions of flops a second
 thread cannot pay for itself anyway, so such work runs on one thread, and
 the caller's settings are restored afterwards.
+
+The OpenBLAS builds NumPy and SciPy load are found once from the process's
+memory map and set through their own ``*_set_num_threads``: about 1 us per
+call. (threadpoolctl does the same for every library, but finding them costs
+18 ms in a process that has loaded JAX's ~230 shared libraries; it is the
+fallback where that lookup fails, e.g. another BLAS or another OS.)
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 
 __all__ = ["SERIAL_FLOPS", "serial_blas"]
 
 SERIAL_FLOPS = 3e7  # work below which BLAS runs on one thread
-_CONTROLLER: list = []  # threadpoolctl's controller, built on first use (0.7 ms)
+_FUNCTIONS = (
+    ("openblas_get_num_threads", "openblas_set_num_threads"),
+    ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),
+    ("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
+    ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
+)
+_BACKENDS: list = []  # [("openblas", handles)] or [("threadpoolctl", controller)], on first use
+
+
+def _openblas_handles():
+    """``(get, set)`` thread functions of every OpenBLAS mapped into this process, or None."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "openblas" in line.lower()}
+    except OSError:
+        return None
+    handles = []
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            return None
+        found = next((names for names in _FUNCTIONS if hasattr(lib, names[1])), None)
+        if found is None:
+            return None
+        get, set_ = (getattr(lib, name) for name in found)
+        get.restype, set_.argtypes = ctypes.c_int, [ctypes.c_int]
+        handles.append((get, set_))
+    return handles or None
+
+
+def _backend():
+    if not _BACKENDS:
+        handles = _openblas_handles()
+        if handles is not None:
+            _BACKENDS.append(("openblas", handles))
+        else:
+            from threadpoolctl import ThreadpoolController
+
+            _BACKENDS.append(("threadpoolctl", ThreadpoolController()))
+    return _BACKENDS[0]
+
+
+@contextlib.contextmanager
+def _one_thread(handles):
+    saved = [get() for get, _ in handles]
+    for _, set_ in handles:
+        set_(1)
+    try:
+        yield
+    finally:
+        for (_, set_), count in zip(handles, saved, strict=True):
+            set_(count)
 
 
 def serial_blas(flops: float):
@@ -32,7 +91,8 @@ def serial_blas(flops: float):
     Returns
     -------
     context manager
-        threadpoolctl's limit (about 10 us to enter), or a null context.
+        Restores the thread counts it changed on exit; a null context for
+        large work.
 
     Examples
     --------
@@ -43,8 +103,7 @@ def serial_blas(flops: float):
     """
     if flops >= SERIAL_FLOPS:
         return contextlib.nullcontext()
-    if not _CONTROLLER:
-        from threadpoolctl import ThreadpoolController
-
-        _CONTROLLER.append(ThreadpoolController())
-    return _CONTROLLER[0].limit(limits=1, user_api="blas")
+    kind, backend = _backend()
+    if kind == "openblas":
+        return _one_thread(backend)
+    return backend.limit(limits=1, user_api="blas")

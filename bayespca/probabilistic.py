@@ -22,7 +22,7 @@ from bayespca.data import as_float_matrix, check_is_fitted, validate_transform
 from bayespca.gaussian import LatentPosterior, LowRankGaussian
 from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
 from bayespca.messages import warn
-from bayespca.params import as_key, check_bool, check_choice, check_number, check_seed
+from bayespca.params import as_generator, as_key, check_bool, check_choice, check_number, check_seed
 from bayespca.statistics import Prepared, prepare
 
 __all__ = ["FactorAnalysis", "PPCA", "default_candidates", "ledermann_bound", "max_components"]
@@ -425,14 +425,15 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         Parameters
         ----------
         n_samples : int, default=1
-        random_state : int, numpy Generator or None
-            Seed of the JAX key (None: fresh entropy).
+        random_state : int, numpy Generator, RandomState or None
+            Drawn with NumPy (:func:`bayespca.params.as_generator`; None:
+            fresh entropy); nothing is compiled.
         """
         check_is_fitted(self, "gaussian_")
         if isinstance(n_samples, bool) or not isinstance(n_samples, numbers.Integral) or n_samples < 1:
             raise ValueError(f"n_samples must be an int >= 1; got {n_samples!r}.")
-        key = as_key(random_state)
-        return np.asarray(gaussian.sample(self.gaussian_, key, int(n_samples)))
+        rng = as_generator(random_state)
+        return np.asarray(gaussian.sample(self.gaussian_, rng, int(n_samples)))
 
     def score_samples(self, X):
         """Marginal log-likelihood ``log N(x_i | mu, W W^T + Psi)`` per row, shape (n_samples,).
@@ -566,9 +567,8 @@ class PPCA(_LowRankGaussianModel):
         ``"nuts"``: the full posterior by NUTS on the marginal model
         (:func:`bayespca.inference.nuts.fit_nuts`).
     tol : float or None, default=None
-        Convergence tolerance of EM (relative log-likelihood gain still to
-        come; default 1e-10, or 1e-8 with missing values) or SVI; None: the
-        method's default.
+        Convergence tolerance of EM (estimated distance of the parameters to
+        the EM fixed point; default 1e-9) or SVI; None: the method's default.
     max_iter : int or None, default=None
         Maximum EM updates or SVI steps; None: the method's default.
     noise_floor : float, default=1e-10
@@ -780,8 +780,10 @@ class FactorAnalysis(_LowRankGaussianModel):
         ``min(n_samples - 1, n_features) - 1`` (at least 1). The model is
         identified only when ``(d - k)^2 >= d + k``.
     method : {"auto", "em", "svi", "nuts"}, default="auto"
-        ``"em"``: EM (Rubin & Thayer) with SQUAREM acceleration, exact with
-        missing values (:func:`bayespca.inference.em.fit_em`); ``"svi"``:
+        ``"em"``: maximum likelihood (:func:`bayespca.inference.em.fit_em`):
+        Newton's method on the profiled likelihood from several starts for
+        complete data (:func:`bayespca.inference.factor_ml.fit_factor_analysis`),
+        exact EM over the missing entries with NaN; ``"svi"``:
         NumPyro SVI (:func:`bayespca.inference.svi.fit_svi`); ``"nuts"``: full
         posterior (:func:`bayespca.inference.nuts.fit_nuts`); ``"auto"``: EM.
     rotation : {None, "varimax", "quartimax", "promax", "oblimin"}, default=None
@@ -789,14 +791,17 @@ class FactorAnalysis(_LowRankGaussianModel):
         normalised). It changes ``loadings_``, ``components_`` and the factor
         scores of ``transform``, never the likelihood or the covariance.
     tol : float or None, default=None
-        Convergence tolerance (EM: relative log-likelihood gain still to
-        come, default 1e-10, or 1e-8 with missing values); None: the
-        method's default.
+        Convergence tolerance; None: the method's default. Complete data:
+        every free ``|d f / d log psi_j|`` below ``tol (1 + S_jj / psi_j)``
+        (``f`` = -2/n log-likelihood; default 1e-11); with missing values:
+        EM's estimated distance to its fixed point (default 1e-9).
     max_iter : int or None, default=None
         Maximum EM updates or SVI steps; None: the method's default.
-    noise_floor : float, default=1e-6
+    noise_floor : float, default=1e-9
         Heywood guard: ``psi_j >= noise_floor * var_j``. Features that end at
-        the bound are listed in ``heywood_features_`` and warned about.
+        the bound are listed in ``heywood_features_`` and warned about. (The
+        likelihood of a Heywood case rises by O(n * noise_floor) as the
+        bound goes to 0; the fit stays accurate down to 1e-12.)
     guide, learning_rate, batch_size, random_state, progress_bar
         SVI options, as in :class:`PPCA`.
     prior, identification, num_warmup, num_samples, num_chains, chain_method, target_accept_prob
@@ -856,7 +861,7 @@ class FactorAnalysis(_LowRankGaussianModel):
         rotation=None,
         tol=None,
         max_iter=None,
-        noise_floor=1e-6,
+        noise_floor=1e-9,
         guide="delta",
         learning_rate=None,
         batch_size=None,

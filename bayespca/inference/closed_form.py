@@ -35,26 +35,30 @@ from __future__ import annotations
 
 import numbers
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 
 from bayespca.gaussian import LowRankGaussian
 from bayespca.inference.contract import Fit, ModelSpec
+from bayespca.inference.threads import serial_blas
 from bayespca.linalg import choose_solver, svd_covariance, svd_full, svd_gram
 from bayespca.statistics import Prepared
 
-__all__ = ["noise_floor", "ppca_closed_form"]
+__all__ = ["SpectrumFit", "check_n_components", "noise_floor", "ppca_closed_form", "ppca_from_spectrum"]
 
 _LOG_2PI = np.log(2.0 * np.pi)
 
 
 def noise_floor(variances: np.ndarray, relative: float) -> np.ndarray:
-    """Lower bound on each noise variance: ``relative * max(var_j, 1e-6 * mean(var))``.
+    """Lower bound on each noise variance: ``relative * var_j`` (of ``1e-6 * mean(var)`` if ``var_j = 0``).
 
     Keeps ``psi_j`` (and the likelihood) finite where the ML value is 0: a
-    constant feature, duplicated features, or a Heywood case. The
-    ``1e-6 * mean(var)`` term gives constant features a positive bound on the
-    scale of the data (1 when every feature is constant).
+    constant feature, duplicated features, or a Heywood case. Proportional
+    to each feature's own variance, however small, so that a fit of the
+    data with each feature rescaled is the rescaled fit (factor analysis is
+    equivariant under that); a constant feature gets a positive bound on
+    the scale of the data (1 when every feature is constant).
 
     Parameters
     ----------
@@ -65,13 +69,13 @@ def noise_floor(variances: np.ndarray, relative: float) -> np.ndarray:
 
     Examples
     --------
-    >>> noise_floor(np.array([2.0, 0.0]), 1e-6)
-    array([2.e-06, 1.e-12])
+    >>> noise_floor(np.array([2.0, 1e-20, 0.0]), 1e-6)
+    array([2.00000000e-06, 1.00000000e-26, 6.66666667e-13])
     """
     scale = float(np.mean(variances))
     if not scale > 0:
         scale = 1.0
-    return relative * np.maximum(variances, 1e-6 * scale)
+    return relative * np.where(variances > 0, variances, 1e-6 * scale)
 
 
 def check_n_components(n_components, upper: int, what: str) -> int:
@@ -82,6 +86,61 @@ def check_n_components(n_components, upper: int, what: str) -> int:
     if not 1 <= n_components <= upper:
         raise ValueError(f"n_components must be {accepted}; got {n_components}.")
     return int(n_components)
+
+
+class SpectrumFit(NamedTuple):
+    """The pPCA maximum of :func:`ppca_from_spectrum`.
+
+    Attributes
+    ----------
+    loadings : ndarray of shape (d, k)
+        ``U_k (Lambda_k - sigma^2 I)^{1/2}`` (columns of eigenvalues at or below ``sigma^2`` are 0).
+    sigma2 : float
+        The noise variance, at least the floor.
+    residual : float
+        Sum of the discarded eigenvalues (0 when it is rounding noise).
+    at_floor : bool
+        ``sigma^2`` was raised to the floor.
+    """
+
+    loadings: np.ndarray
+    sigma2: float
+    residual: float
+    at_floor: bool
+
+
+def ppca_from_spectrum(lam: np.ndarray, axes: np.ndarray, total: float, bound: float) -> SpectrumFit:
+    """Tipping and Bishop's maximum from the ``k`` leading eigenpairs of a covariance and its trace.
+
+    ``sigma^2 = (tr S - sum_{j<=k} lambda_j) / (d - k)`` (at least ``bound``),
+    ``W = U_k (max(Lambda_k, sigma^2) - sigma^2)^{1/2}``.
+
+    Parameters
+    ----------
+    lam : ndarray of shape (k,)
+        Leading eigenvalues, decreasing (zeros beyond the rank).
+    axes : ndarray of shape (d, k)
+        Their eigenvectors.
+    total : float
+        ``tr S``.
+    bound : float
+        Lower bound of ``sigma^2``.
+
+    Examples
+    --------
+    >>> fit = ppca_from_spectrum(np.array([5.0]), np.array([[1.0], [0.0]]), 6.0, 1e-10)
+    >>> fit.loadings.ravel().tolist(), fit.sigma2
+    ([2.0, 0.0], 1.0)
+    """
+    d, k = axes.shape
+    residual = total - float(np.sum(lam))
+    if k == d or residual <= 8 * d * np.finfo(float).eps * total:
+        residual = 0.0  # rounding noise, which would be divided by a floored sigma^2
+    sigma2 = residual / (d - k) if k < d else 0.0
+    at_floor = not sigma2 > bound
+    sigma2 = max(sigma2, bound)
+    loadings = axes * np.sqrt(np.maximum(lam, sigma2) - sigma2)
+    return SpectrumFit(loadings, sigma2, residual, at_floor)
 
 
 def ppca_closed_form(prepared: Prepared, spec: ModelSpec, *, floor: float = 1e-10) -> Fit:
@@ -137,32 +196,28 @@ def ppca_closed_form(prepared: Prepared, spec: ModelSpec, *, floor: float = 1e-1
     rank_max = min(n, d)
     r = min(k, rank_max)
     solver = choose_solver(n, d, None)
-    if solver == "full":
-        svd = svd_full(X, mean)
-    elif solver == "gram":
-        svd = svd_gram(X, mean, r)
-    else:
-        svd = svd_covariance(X, mean, r)
+    with serial_blas(n * d * min(n, d)):
+        if solver == "full":
+            svd = svd_full(X, mean)
+        elif solver == "gram":
+            svd = svd_gram(X, mean, r)
+        else:
+            svd = svd_covariance(X, mean, r)
     lam = np.zeros(k)
     lam[:r] = svd.singular_values[:r] ** 2 / n
     total = svd.total_ss / n
-    bound = float(noise_floor(np.array([total / d]), floor)[0])
-    residual = total - lam.sum()  # sum of the discarded eigenvalues
-    if k == d or residual <= 8 * d * np.finfo(float).eps * total:
-        residual = 0.0  # rounding noise, which would be divided by a floored sigma^2
-    sigma2 = residual / (d - k) if k < d else 0.0
-    at_floor = not sigma2 > bound
-    sigma2 = max(sigma2, bound)
-    c = np.maximum(lam, sigma2)
     axes = np.zeros((d, k))
     axes[:, :r] = svd.components[:r].T
-    loadings = axes * np.sqrt(c - sigma2)
+    bound = float(noise_floor(np.array([total / d]), floor)[0])
+    sol = ppca_from_spectrum(lam, axes, total, bound)
+    sigma2, at_floor = sol.sigma2, sol.at_floor
+    c = np.maximum(lam, sigma2)
     loglike = -0.5 * n * (
         d * _LOG_2PI
         + np.sum(np.log(c))
         + (d - k) * np.log(sigma2)
         + np.sum(lam / c)
-        + residual / sigma2
+        + sol.residual / sigma2
     )
     if at_floor:
         warnings.warn(
@@ -172,6 +227,6 @@ def ppca_closed_form(prepared: Prepared, spec: ModelSpec, *, floor: float = 1e-1
             UserWarning,
             stacklevel=2,
         )
-    g = LowRankGaussian(loadings, np.full(d, sigma2), mean)
+    g = LowRankGaussian(sol.loadings, np.full(d, sigma2), mean)
     fit = Fit(g, float(loglike), "closed_form", 1, True, np.array([loglike]), np.full(d, at_floor))
     return fit.to_data_units(prepared.scale, prepared.total_observed)

@@ -1,4 +1,4 @@
-"""EM for probabilistic PCA and factor analysis, with complete or missing data.
+"""EM for probabilistic PCA and factor analysis, with complete or missing data (NumPy/SciPy).
 
 Both models are ``x = W z + mu + eps``, ``z ~ N(0, I_k)``, ``eps ~ N(0, Psi)``
 with ``Psi = sigma^2 I`` (pPCA, ``noise="isotropic"``) or diagonal (FA,
@@ -12,29 +12,48 @@ only through ``S = Xc^T Xc / n``, and only as the product ``S A``::
     W'    = B C_zz^{-1}
     psi'  = diag(S) - rowsum(W' * B)        (pPCA: sigma'^2 = mean of psi')
 
-The same ``S A`` gives the log-likelihood of the current parameters
-(:func:`bayespca.gaussian.log_likelihood_from_stats`), so each iteration
-costs one product ``S A``: O(d^2 k) with ``S`` formed once (``form="scatter"``)
-or O(n d k) as ``Xc^T (Xc A) / n`` without ever forming ``S``
-(``form="data"``, for ``d > n``).
+at O(d^2 k) per iteration with ``S`` formed once (``form="scatter"``) or
+O(n d k) as ``Xc^T (Xc A) / n`` without ever forming ``S`` (``form="data"``,
+for ``d > n``). Factor analysis of complete data does not iterate EM: its
+likelihood is maximised over ``psi`` alone by Newton's method
+(:mod:`bayespca.inference.factor_ml`), which converges where EM crawls.
 
-Missing data (exact EM for data missing at random; Tipping & Bishop 1999,
-appendix; Ilin & Raiko 2010). Row ``i`` conditions on its observed entries
-``O_i``: ``z_i | x_{i,O} ~ N(m_i, Sigma_i)`` with
-``Sigma_i = (I + W_O^T Psi_O^{-1} W_O)^{-1}``. With ``z~ = (z, 1)`` and
-``w~_j = (w_j, mu_j)`` the mean is estimated jointly with ``W``, feature by
-feature over the rows where it is observed::
+Missing data (exact EM for data missing at random; Dempster, Laird &
+Rubin 1977, section 4.1.3). The missing entries, not ``z``, are the missing
+data: the E-step is the expected complete-data statistics given the
+observed entries (:func:`bayespca.gaussian.expected_statistics`: imputed
+rows ``E[x_i | x_{i,O}]`` and the conditional covariance of each row's
+missing block), and the M-step the complete-data maximum at them: the pPCA
+closed form, or the factor-analysis Newton fit. The usual EM over ``z``
+(Tipping & Bishop 1999, appendix) converges at a rate set by the
+information in ``z``, close to 1 when the noise is small against the
+signal (measured: 0.92 per iteration on 20000 x 100, k = 10, 20% missing;
+8285 updates for the FA example of issue 14); over the missing entries the
+rate is the fraction of information missing (0.07 and 33 updates there).
+Cost per iteration: O(n d k^2) for the latent posteriors plus one
+O(n d^2 k) matrix product for the missing-block covariances.
 
-    G_j = sum_{i: j in O_i} E[z~_i z~_i^T],   b_j = sum_{i: j in O_i} x_ij E[z~_i]
-    w~_j' = G_j^{-1} b_j,   psi_j' = (sum_{i: j in O_i} x_ij^2 - w~_j'^T b_j) / n_j
-
-at O(n d k^2) per iteration (pPCA pools ``psi'`` over all observed entries).
+The start is the complete-data maximum at the *pairwise* covariance, each
+entry averaged over the rows where both features are observed: unlike mean
+imputation, which shrinks every covariance by the fraction observed, it is
+unbiased, and EM starts near the optimum (mean imputation started the
+issue-14 example 1000 nats below it, where EM stopped).
 
 Acceleration. EM converges linearly, slowly when the noise is small against
 the signal or a ``psi_j`` approaches 0. Each cycle therefore tries a SQUAREM
 extrapolation (Varadhan & Roland 2008) ``x - 2 a r + a^2 v`` from two EM
 steps and keeps it only if its log-likelihood beats the plain EM step; so
 the recorded log-likelihood trace never decreases.
+
+Convergence. EM's steps shrink geometrically, so a small step or gain says
+little about the distance to the optimum when the rate is close to 1, and
+the log-likelihood, quadratic in that distance, stops changing in floating
+point long before the parameters settle. EM stops when the distance of the
+parameters to the fixed point, bounded by ``|F(x) - x| / (1 - r)`` with
+``r`` the contraction rate measured from two consecutive EM steps, is below
+``tol``: in the working units of the fit (power-of-two scaled data) for
+``W`` and ``mu``, relatively for ``psi``. It means the same at any ``n``,
+``d`` and scale of the data.
 
 Heywood cases. ``psi_j`` is bounded below by ``floor * var_j``
 (:func:`bayespca.inference.closed_form.noise_floor`); the constrained M-step
@@ -44,12 +63,12 @@ reported.
 
 References
 ----------
+A. P. Dempster, N. M. Laird, D. B. Rubin (1977). Maximum likelihood from
+incomplete data via the EM algorithm. J. R. Stat. Soc. B 39(1), 1-38.
 D. B. Rubin, D. T. Thayer (1982). EM algorithms for ML factor analysis.
 Psychometrika 47(1), 69-76.
 M. E. Tipping, C. M. Bishop (1999). Probabilistic principal component
 analysis. J. R. Stat. Soc. B 61(3), 611-622.
-A. Ilin, T. Raiko (2010). Practical approaches to principal component
-analysis in the presence of missing values. JMLR 11, 1957-2000.
 R. Varadhan, C. Roland (2008). Simple and globally convergent methods for
 accelerating the convergence of any EM algorithm. Scand. J. Stat. 35(2),
 335-353.
@@ -58,204 +77,245 @@ accelerating the convergence of any EM algorithm. Scand. J. Stat. 35(2),
 from __future__ import annotations
 
 import warnings
-from functools import partial
+from typing import NamedTuple
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.scipy.linalg import cho_solve
+import scipy.linalg
 from sklearn.exceptions import ConvergenceWarning
 
 from bayespca.gaussian import (
     LowRankGaussian,
-    _masked_factors,
-    _masked_log_prob,
-    _masked_posterior,
-    _stats_log_likelihood,
-    _symmetric_packing,
     canonical_loadings,
-    capacitance_cholesky,
+    expected_statistics,
+    log_likelihood_from_stats,
+    log_prob,
+    whiten,
 )
-from bayespca.inference.closed_form import check_n_components, noise_floor
+from bayespca.inference.closed_form import check_n_components, noise_floor, ppca_from_spectrum
 from bayespca.inference.contract import NOISE_KINDS, Fit, ModelSpec
-from bayespca.linalg import eigh_top, svd_full, svd_randomized
+from bayespca.inference.factor_ml import fit_covariance, fit_factor_analysis
+from bayespca.inference.threads import serial_blas
+from bayespca.linalg import eigh_top
+from bayespca.params import check_choice, check_number
 from bayespca.statistics import Prepared
 
-__all__ = ["fit_em"]
+__all__ = ["DEFAULT_FLOOR", "DEFAULT_TOL", "fit_em", "pairwise_covariance"]
 
 FORMS = ("auto", "scatter", "data")
-DEFAULT_FLOOR = {"isotropic": 1e-10, "diagonal": 1e-6}
-DEFAULT_TOL = {False: 1e-10, True: 1e-8}  # keyed by "has missing values"
-_WINDOW = 5  # iterations per block in the convergence test
+DEFAULT_FLOOR = {"isotropic": 1e-10, "diagonal": 1e-9}
+DEFAULT_TOL = 1e-9  # estimated distance of the parameters to the EM fixed point
+_NOISY_STEP = 1e-11  # steps this small are too noisy to measure the rate from
+_STALLED = 1e-6  # step size below which a stop forced by rounding still counts as converged
+_M_STEP_TOL = 1e-12  # Newton tolerance of the factor-analysis M-step
+_START_FLOOR = 5e-3  # uniquenesses of the start, relative to each variance, at least this
+
+
+class _Problem(NamedTuple):
+    """Centred working-unit data and what each EM map needs."""
+
+    x0: np.ndarray  # (n, d) centred on the observed means, 0 at missing entries
+    observed: np.ndarray | None  # (n, d) bool, None for complete data
+    source: np.ndarray  # complete data: S (d, d) or x0 (data form)
+    var: np.ndarray  # (d,) observed-entry variances
+    sum_sq: np.ndarray  # (d,) sums of squares of the observed entries
+    n_obs: np.ndarray  # (d,) observed entries per feature
+    floor: np.ndarray  # (d,) lower bounds of psi
+    isotropic: bool
+    data_form: bool
 
 
 # --------------------------------------------------------------- EM maps
-def _m_step_noise(psi_new, floor, isotropic, weights=None):
-    if isotropic:
-        if weights is None:
-            pooled = jnp.mean(psi_new)
-        else:
-            pooled = jnp.sum(weights * psi_new) / jnp.sum(weights)
-        psi_new = jnp.full_like(psi_new, pooled)
-    return jnp.maximum(psi_new, floor)
+def _noise_update(psi_new, prob: _Problem):
+    if prob.isotropic:
+        psi_new = np.full_like(psi_new, np.sum(prob.n_obs * psi_new) / np.sum(prob.n_obs))
+    return np.maximum(psi_new, prob.floor)
 
 
-def _complete_step(params, data, isotropic, data_form):
-    """One EM update from complete data; returns (new params, log-lik at params)."""
+def _complete_map(params, prob: _Problem):
+    """One EM update from complete data; returns (new params, log-likelihood at params)."""
     w, psi, mu = params
-    source, diag_s, n, floor = data
     g = LowRankGaussian(w, psi, mu)
-    chol, scaled = capacitance_cholesky(g)
-    sa = source.T @ (source @ scaled) / n if data_form else source @ scaled
-    ll = _stats_log_likelihood(g, chol, scaled, n, mu, n * diag_s, n * sa)
-    b = cho_solve((chol, True), sa.T).T
-    czz = cho_solve((chol, True), jnp.eye(w.shape[1], dtype=w.dtype) + scaled.T @ b)
+    n = prob.x0.shape[0]
+    if prob.data_form:
+        ll = float(np.sum(log_prob(g, prob.x0)))
+    else:
+        ll = float(log_likelihood_from_stats(g, n, mu, n * prob.source))
+    # The update in the whitened frame of bayespca.gaussian.whiten, where M is
+    # diagonal and well factorised; W' is rotated back at the end (EM is
+    # equivariant, and SQUAREM needs consecutive iterates in one orientation).
+    wh = whiten(g)
+    scaled = wh.loadings / wh.sd[:, None]  # Psi^{-1} W R
+    if prob.data_form:
+        sa = prob.source.T @ (prob.source @ scaled) / n
+    else:
+        sa = prob.source @ scaled
+    b = _chol_solve(wh.chol, sa.T).T
+    k = w.shape[1]
+    czz = _chol_solve(wh.chol, np.eye(k) + scaled.T @ b)
     czz = 0.5 * (czz + czz.T)
-    w_new = cho_solve((jnp.linalg.cholesky(czz), True), b.T).T
-    psi_new = _m_step_noise(diag_s - jnp.sum(w_new * b, axis=1), floor, isotropic)
-    return (w_new, psi_new, mu), ll
+    w_rot = np.linalg.solve(czz, b.T).T
+    psi_new = _noise_update(prob.var - np.sum(w_rot * b, axis=1), prob)
+    return (w_rot @ wh.rotation.T, psi_new, mu), ll
 
 
-def _missing_step(params, data, isotropic, data_form):
-    """One exact EM update from data with missing entries (zeros there, ``obs`` mask)."""
+def _chol_solve(chol, b):
+    return scipy.linalg.cho_solve((chol, True), b, check_finite=False)
+
+
+def _missing_map(params, prob: _Problem):
+    """One EM update over the missing entries: expected statistics, then the complete-data maximum."""
     w, psi, mu = params
-    x0, obs, obs_float, n_obs, sum_sq, floor = data
-    g = LowRankGaussian(w, psi, mu)
-    chol, proj, chol_inv, resid, inv_noise = _masked_factors(g, x0, obs, inverse=True)
-    ll = jnp.sum(_masked_log_prob(g, obs, chol, proj, resid, inv_noise))
-    m, cov = _masked_posterior(proj, chol_inv)
-    n, k = m.shape
-    # E[z~ z~^T] for z~ = (z, 1); its distinct entries, summed over the rows
-    # where each feature is observed, are one matrix product.
-    m_aug = jnp.concatenate([m, jnp.ones((n, 1), dtype=w.dtype)], axis=1)
-    (row, col), unpack = _symmetric_packing(k + 1)
-    inner = np.flatnonzero((row < k) & (col < k))
-    second = (m_aug[:, row] * m_aug[:, col]).at[:, inner].add(cov[:, row[inner], col[inner]])
-    gram = (obs_float.T @ second)[:, unpack]
-    b = x0.T @ m_aug  # x0 is zero at missing entries
-    coef = cho_solve((jnp.linalg.cholesky(gram), True), b[..., None])[..., 0]
-    psi_new = (sum_sq - jnp.sum(coef * b, axis=1)) / n_obs
-    psi_new = _m_step_noise(psi_new, floor, isotropic, weights=n_obs)
-    return (coef[:, :k], psi_new, coef[:, k]), ll
+    stats, ll = expected_statistics(LowRankGaussian(w, psi, mu), prob.x0, prob.observed)
+    w_new, psi_new = _maximise(stats.scatter / stats.n, w.shape[1], prob, start=psi)
+    return (_align(w_new, w), psi_new, stats.mean), float(ll)
 
 
-@partial(jax.jit, static_argnames=("step", "isotropic", "data_form"))
-def _em_map(params, data, *, step, isotropic, data_form):
-    return step(params, data, isotropic, data_form)
+def _maximise(cov, k, prob: _Problem, start=None):
+    """Complete-data maximum likelihood at covariance ``cov``: pPCA closed form or FA by Newton."""
+    if prob.isotropic:
+        lam, axes = eigh_top(cov, k)
+        sol = ppca_from_spectrum(lam[:k], axes[:, :k], float(np.trace(cov)), float(prob.floor[0]))
+        return sol.loadings, np.full(cov.shape[0], sol.sigma2)
+    starts = None if start is None else [start]
+    fit = fit_covariance(cov, k, prob.floor, starts=starts, tol=_M_STEP_TOL)
+    return fit.loadings, fit.noise
 
 
-@jax.jit
+def _align(w_new, w_old):
+    """``w_new`` rotated to the orientation closest to ``w_old`` (orthogonal Procrustes).
+
+    The EM map is then continuous in its argument, as extrapolation needs;
+    the Gaussian does not depend on the rotation.
+    """
+    u, _, vt = np.linalg.svd(w_new.T @ w_old)
+    return w_new @ (u @ vt)
+
+
 def _extrapolate(x, fx, fy, step_max, floor):
     """SQUAREM point ``x - 2 a r + a^2 v`` from ``x``, ``F(x)``, ``F(F(x))``.
 
     ``r = F(x) - x``, ``v = F(F(x)) - 2 F(x) + x`` and ``a = -|r| / |v|``
     clipped to ``[-step_max, -1]``; ``a = -1`` gives ``F(F(x))`` itself.
     """
-    r = jax.tree.map(lambda a, b: a - b, fx, x)
-    v = jax.tree.map(lambda a, b, c: a - 2.0 * b + c, fy, fx, x)
-    sr = sum(jnp.sum(t**2) for t in jax.tree.leaves(r))
-    sv = sum(jnp.sum(t**2) for t in jax.tree.leaves(v))
-    alpha = jnp.where(sv > 0, -jnp.sqrt(sr / jnp.where(sv > 0, sv, 1.0)), -1.0)
-    alpha = jnp.clip(alpha, -step_max, -1.0)
-    w, psi, mu = jax.tree.map(lambda a, b, c: a - 2.0 * alpha * b + alpha**2 * c, x, r, v)
-    return (w, jnp.maximum(psi, floor), mu), alpha
+    r = [b - a for a, b in zip(x, fx, strict=True)]
+    v = [c - 2.0 * b + a for a, b, c in zip(x, fx, fy, strict=True)]
+    sr = sum(float(np.sum(t**2)) for t in r)
+    sv = sum(float(np.sum(t**2)) for t in v)
+    alpha = -np.sqrt(sr / sv) if sv > 0 else -1.0
+    alpha = float(np.clip(alpha, -step_max, -1.0))
+    w, psi, mu = (a - 2.0 * alpha * b + alpha**2 * c for a, b, c in zip(x, r, v, strict=True))
+    return (w, np.maximum(psi, floor), mu), alpha
 
 
-def _gain_to_come(trace, window=_WINDOW):
-    """Estimated log-likelihood gain still to come (Aitken, over blocks of iterations).
+def _step_size(x, fx) -> float:
+    """Size of the EM step ``F(x) - x``: largest change of W or mu (working units) or of log psi."""
+    (w, psi, mu), (fw, fpsi, fmu) = x, fx
+    return float(max(np.max(np.abs(fw - w), initial=0.0), np.max(np.abs(fmu - mu), initial=0.0),
+                     np.max(np.abs(fpsi - psi) / psi)))
 
-    With linear convergence at rate ``a`` per block, the gain still to come
-    after a block that gained ``G`` is ``G a / (1 - a)``. Stopping on the
-    last gain alone stops far from the optimum when EM is slow (``a`` close
-    to 1), and single SQUAREM cycles gain erratically, hence blocks of
-    ``window`` iterations: ``a`` is the ratio of the last two blocks' gains.
-    The returned value includes the last block's gain.
+
+def _rate(previous, size, next_size):
+    """EM's contraction rate from two consecutive step sizes (kept while the steps are rounding noise)."""
+    if size <= _NOISY_STEP:
+        return previous
+    return min(next_size / size, 1.0)
+
+
+def _iterate(params, prob: _Problem, step, *, tol, max_iter, accelerate):
+    """Run EM (optionally SQUAREM-accelerated) until the estimated distance to the fixed point is <= tol.
+
+    Near the fixed point ``x*`` of the EM map ``F``, which contracts at a rate
+    ``r`` (estimated from two consecutive EM steps, ``|F(F(x)) - F(x)| /
+    |F(x) - x|``), ``|x - x*| <= |F(x) - x| / (1 - r)``. Stopping on that
+    bound, and not on the change of the log-likelihood, which is quadratic
+    in the distance and drowns in rounding long before the parameters
+    settle, gives parameters accurate to ``tol`` whatever the rate.
     """
-    if len(trace) < 2 * window + 1:
-        return np.inf
-    last = trace[-1] - trace[-1 - window]
-    before = trace[-1 - window] - trace[-1 - 2 * window]
-    if before <= 0:
-        return last if last <= 0 else np.inf
-    rate = last / before
-    return last / (1.0 - rate) if rate < 1.0 else np.inf
-
-
-def _iterate(params, data, step, *, isotropic, data_form, tol, max_iter, accelerate):
-    """Run EM (optionally SQUAREM-accelerated) until the gain still to come is <= tol |ll|."""
-    statics = {"step": step, "isotropic": isotropic, "data_form": data_form}
     x = params
-    fx, ll = _em_map(x, data, **statics)
-    ll = float(ll)
+    fx, ll = step(x, prob)
     if not np.isfinite(ll):
-        raise FloatingPointError("The log-likelihood of the initial parameters is not finite.")
+        raise FloatingPointError(
+            "The log-likelihood of the initial parameters is not finite; give a finite `init` "
+            "with positive noise."
+        )
     trace = [ll]
-    n_maps, step_max, converged = 1, 1.0, False
+    n_maps, step_max, rate = 1, 1.0, 1.0
+    rounding = 64 * np.finfo(float).eps
     while n_maps < max_iter:
+        size = _step_size(x, fx)
+        if size <= rounding or size <= tol * (1.0 - rate):
+            return x, ll, np.array(trace), n_maps, True
         if accelerate and n_maps + 2 <= max_iter:
             # One EM step y = F(x), then the SQUAREM point; keep the better.
-            fy, ll_y = _em_map(fx, data, **statics)
-            xp, alpha = _extrapolate(x, fx, fy, step_max, data[-1])
-            fxp, ll_p = _em_map(xp, data, **statics)
+            fy, ll_y = step(fx, prob)
+            rate = _rate(rate, size, _step_size(fx, fy))
+            xp, alpha = _extrapolate(x, fx, fy, step_max, prob.floor)
+            fxp, ll_p = step(xp, prob)
             n_maps += 2
-            ll_y, ll_p = float(ll_y), float(ll_p)
-            keep = np.isfinite(ll_p) and ll_p >= ll_y
+            # (Within rounding of each other the two are equally good, and the
+            # extrapolation is the one that converges.)
+            keep = np.isfinite(ll_p) and ll_p >= ll_y - rounding * abs(ll_y)
             new, fnew, ll_new = (xp, fxp, ll_p) if keep else (fx, fy, ll_y)
             # Varadhan & Roland's step-length control: allow longer
             # extrapolations while they succeed at the limit, shrink on failure.
             if keep:
-                if float(alpha) <= -step_max:
+                if alpha <= -step_max:
                     step_max *= 4.0
             else:
                 step_max = max(1.0, step_max / 4.0)
         else:
             new = fx
-            fnew, ll_new = _em_map(new, data, **statics)
+            fnew, ll_new = step(new, prob)
+            rate = _rate(rate, size, _step_size(new, fnew))
             n_maps += 1
-        ll_new = float(ll_new)
-        if not ll_new >= ll:  # rounding at convergence, never a real EM decrease
-            converged = True
-            break
-        gain = ll_new - ll
-        x, fx, ll = new, fnew, ll_new
+        if ll_new < ll - rounding * abs(ll):  # EM never decreases the likelihood beyond rounding
+            return x, ll, np.array(trace), n_maps, size <= _STALLED
+        x, fx, ll = new, fnew, max(ll_new, ll)
         trace.append(ll)
-        if gain <= 4 * np.finfo(float).eps * abs(ll) or _gain_to_come(trace) <= tol * abs(ll):
-            converged = True
-            break
-    return x, ll, np.array(trace), n_maps, converged
+    return x, ll, np.array(trace), n_maps, False
 
 
 # --------------------------------------------------------------- start
-def _initial(source, is_scatter, n, diag_s, k, isotropic, floor):
-    """Deterministic start: the pPCA closed form (FA: on the correlation scale).
+def pairwise_covariance(x0: np.ndarray, observed: np.ndarray) -> np.ndarray:
+    """Covariance of centred data with missing entries, each entry over the rows observing both.
 
-    Factor analysis is scale-equivariant, so its start is the pPCA solution
-    of the standardised data, mapped back, with ``psi = diag(S) - rowsum(W^2)``
-    (the FA stationarity identity ``diag(C) = diag(S)``).
+    ``S_jl = sum_i o_ij o_il x_ij x_il / sum_i o_ij o_il`` (available-case
+    estimate; 0 where no row observes both). Unbiased under missingness at
+    random, unlike the covariance of mean-imputed data, but not always
+    positive semi-definite.
+
+    Parameters
+    ----------
+    x0 : ndarray of shape (n, d)
+        Centred data with 0 at missing entries.
+    observed : ndarray of bool, shape (n, d)
+
+    Examples
+    --------
+    >>> x0 = np.array([[1.0, 2.0], [-1.0, 0.0], [0.0, -2.0]])
+    >>> pairwise_covariance(x0, np.array([[True, True], [True, False], [True, True]]))
+    array([[0.66666667, 1.        ],
+           [1.        , 4.        ]])
     """
-    d = diag_s.shape[0]
-    scale = np.ones(d) if isotropic else np.sqrt(np.where(diag_s > 0, diag_s, 1.0))
-    r = min(k, d) if is_scatter else min(k, n, d)
-    if is_scatter:
-        evals, evecs = eigh_top(source / np.outer(scale, scale), r)
-        evals, evecs = evals[:r], evecs[:, :r]
-    else:
-        xs = source / scale
-        if r + 10 <= min(n, d):
-            svd = svd_randomized(xs, np.zeros(d), r, random_state=0)
-        else:
-            svd = svd_full(xs, np.zeros(d))
-        evals, evecs = svd.singular_values[:r] ** 2 / n, svd.components[:r].T
-    total = float(np.sum(diag_s / scale**2))
-    sigma2 = (total - evals.sum()) / (d - k) if k < d else 0.0
-    sigma2 = max(sigma2, float(np.max(floor / scale**2)))
-    w = np.zeros((d, k))
-    w[:, :r] = scale[:, None] * evecs * np.sqrt(np.maximum(evals - sigma2, 0.0))
-    if isotropic:
-        psi = np.full(d, sigma2)
-    else:
-        psi = np.maximum(diag_s - np.sum(w**2, axis=1), floor)
-    return w, psi
+    o = observed.astype(float)
+    counts = o.T @ o
+    return (x0.T @ x0) / np.maximum(counts, 1.0)
+
+
+def _initial(cov, k, prob: _Problem):
+    """Deterministic start: the complete-data maximum at ``cov``.
+
+    For factor analysis with uniquenesses held above ``_START_FLOOR`` of each
+    variance (R's ``factanal`` bound): a start with a Heywood case traps EM
+    over missing entries (the missing values of a feature explained exactly
+    are imputed exactly, which keeps it explained exactly; measured: 870
+    nats below the optimum), while EM moves a ``psi_j`` to its floor from
+    above when the data want it.
+    """
+    if prob.isotropic:
+        return _maximise(cov, k, prob)
+    fit = fit_covariance(cov, k, np.maximum(prob.floor, _START_FLOOR * np.diag(cov)))
+    return fit.loadings, fit.noise
 
 
 def _check_init(init, d, k):
@@ -273,6 +333,51 @@ def _check_init(init, d, k):
 
 
 # --------------------------------------------------------------- driver
+def _problem(prepared: Prepared, isotropic: bool, rel_floor: float, form: str) -> tuple[_Problem, np.ndarray]:
+    """Centre the working-unit data on the observed means; returns the problem and the centre."""
+    X = prepared.X
+    n, d = X.shape
+    observed = prepared.observed
+    n_obs = prepared.n_observed.astype(float)
+    if np.any(n_obs == 0):
+        raise ValueError(
+            "X has features with no observed value (columns "
+            f"{np.flatnonzero(n_obs == 0)[:10].tolist()})."
+        )
+    # Centre on the observed means: the fit is translation-equivariant, and
+    # centred numbers keep psi_j = (sum x^2 - w~^T b) / n_j accurate.
+    centre = prepared.mean
+    x0 = X - centre if observed is None else np.where(observed, X - centre, 0.0)
+    sum_sq = np.einsum("ij,ij->j", x0, x0)
+    var = sum_sq / n_obs
+    floor = noise_floor(var, rel_floor)
+    if isotropic:
+        floor = np.full(d, float(noise_floor(np.array([var.mean()]), rel_floor)[0]))
+    data_form = observed is None and (form == "data" or (form == "auto" and d > n))
+    if observed is None and not data_form:
+        source = x0.T @ x0 / n
+    else:
+        source = x0
+    prob = _Problem(x0, observed, source, var, sum_sq, n_obs, floor, isotropic, data_form)
+    return prob, centre
+
+
+def _start(prob: _Problem, k: int):
+    if prob.observed is not None:
+        return _initial(pairwise_covariance(prob.x0, prob.observed), k, prob)
+    if not prob.data_form:
+        return _initial(prob.source, k, prob)
+    # d > n (pPCA): the top eigenpairs of S from the thin SVD of x0
+    n, d = prob.x0.shape
+    _, s, vt = np.linalg.svd(prob.x0, full_matrices=False)
+    lam = np.zeros(k)
+    axes = np.zeros((d, k))
+    r = min(k, s.size)
+    lam[:r], axes[:, :r] = s[:r] ** 2 / n, vt[:r].T
+    sol = ppca_from_spectrum(lam, axes, float(np.sum(prob.var)), float(prob.floor[0]))
+    return sol.loadings, np.full(d, sol.sigma2)
+
+
 def fit_em(
     prepared: Prepared,
     spec: ModelSpec,
@@ -295,13 +400,12 @@ def fit_em(
         ``noise``: ``"isotropic"`` for pPCA (``Psi = sigma^2 I``),
         ``"diagonal"`` for factor analysis; ``n_components`` ``k`` in ``[1, d]``.
     tol : float or None, default=None
-        Stop when the estimated log-likelihood gain still to come is at most
-        ``tol * |log-likelihood|``: the gain ``G`` of the last 5 iterations
-        plus Aitken's extrapolation ``G a / (1 - a)``, with ``a`` the ratio
-        of the gains of the last two blocks of 5 iterations (or when a step
-        gains nothing beyond rounding). None: 1e-10 for complete data, where
-        an iteration costs O(d^2 k), and 1e-8 with missing values, where it
-        costs O(n d k^2).
+        EM stops when the estimated distance of the parameters to the EM
+        fixed point (module notes; ``W`` and ``mu`` in working units, ``psi``
+        relative) is at most ``tol``, or when a step changes nothing beyond
+        rounding. None: 1e-9. Factor analysis of complete data uses Newton's
+        method instead (:func:`bayespca.inference.factor_ml.fit_factor_analysis`,
+        where ``tol`` bounds the scaled gradient, default 1e-11).
     max_iter : int, default=10000
         Maximum number of EM updates (an accelerated cycle counts 2).
     floor : float or None, default=None
@@ -316,7 +420,8 @@ def fit_em(
         SQUAREM extrapolation (monotone; see the module notes).
     init : LowRankGaussian or None
         Starting parameters in data units; by default the closed-form pPCA
-        solution of the (mean-imputed; for FA standardised) data.
+        solution of the (pairwise, for missing values) sample covariance, for
+        FA on the correlation scale.
 
     Returns
     -------
@@ -336,94 +441,63 @@ def fit_em(
     >>> rng = np.random.default_rng(0)
     >>> X = rng.standard_normal((300, 2)) @ rng.standard_normal((2, 5))
     >>> X = X + rng.standard_normal((300, 5)) * [0.3, 0.5, 0.4, 0.6, 0.2]
+    >>> X[rng.random(X.shape) < 0.1] = np.nan
     >>> from bayespca.statistics import prepare
     >>> fit = fit_em(prepare(X), ModelSpec("diagonal", 2))
-    >>> w, psi = fit.gaussian.loadings, fit.gaussian.noise
-    >>> diag_c = np.sum(w**2, axis=1) + psi
-    >>> bool(fit.converged), bool(np.allclose(diag_c, X.var(axis=0), rtol=1e-2))
+    >>> bool(fit.converged), bool(np.all(np.diff(fit.trace) >= 0))
     (True, True)
     """
-    noise = spec.noise
-    if noise not in NOISE_KINDS:
-        raise ValueError(f"noise must be one of {list(NOISE_KINDS)}; got {noise!r}.")
-    if form not in FORMS:
-        raise ValueError(f"form must be one of {list(FORMS)}; got {form!r}.")
-    if tol is not None and not (np.isscalar(tol) and tol >= 0):
-        raise ValueError(f"tol must be None or a float >= 0; got {tol!r}.")
-    if isinstance(max_iter, bool) or not isinstance(max_iter, int | np.integer) or max_iter < 1:
-        raise ValueError(f"max_iter must be an int >= 1; got {max_iter!r}.")
-    X = prepared.X
-    n, d = X.shape
+    noise = check_choice(spec.noise, "noise", NOISE_KINDS)
+    check_choice(form, "form", FORMS)
+    tol = check_number(tol, "tol", low=0.0, allow_none=True)
+    max_iter = check_number(max_iter, "max_iter", integer=True, low=1)
+    rel_floor = check_number(
+        DEFAULT_FLOOR[noise] if floor is None else floor, "floor", low=0.0, low_open=True
+    )
+    accelerate = bool(accelerate)
+    n, d = prepared.X.shape
     k = check_n_components(spec.n_components, d, "n_features")
     isotropic = noise == "isotropic"
-    rel_floor = DEFAULT_FLOOR[noise] if floor is None else float(floor)
-    if not rel_floor > 0:
-        raise ValueError(f"floor must be a float > 0; got {floor!r}.")
-    missing = np.isnan(X)
-    has_missing = bool(missing.any())
-    obs = ~missing
-    n_obs = obs.sum(axis=0)
-    if np.any(n_obs == 0):
-        raise ValueError(
-            "X has features with no observed value (columns "
-            f"{np.flatnonzero(n_obs == 0)[:10].tolist()})."
-        )
-    # Centre on the observed means: the fit is translation-equivariant, and
-    # centred numbers keep psi_j = (sum x^2 - w~^T b) / n_j accurate.
-    centre = np.nansum(X, axis=0) / n_obs if has_missing else X.mean(axis=0)
-    x0 = np.where(obs, X - centre, 0.0) if has_missing else X - centre
-    var = np.sum(x0**2, axis=0) / n_obs
-    floor_vec = noise_floor(var, rel_floor)
-    if isotropic:
-        floor_vec = np.full(d, float(noise_floor(np.array([var.mean()]), rel_floor)[0]))
-    data_form = (form == "data") or (form == "auto" and d > n)
+    has_missing = prepared.missing is not None
+    if init is not None:
+        init = _check_init(init, d, k)
+    if not (isotropic or has_missing):
+        start = None if init is None else LowRankGaussian(*init)
+        return fit_factor_analysis(prepared, spec, tol=tol, max_iter=max_iter, floor=rel_floor, init=start)
+    prob, centre = _problem(prepared, isotropic, rel_floor, form)
     if tol is None:
-        tol = DEFAULT_TOL[has_missing]
-
-    if has_missing:
-        step = _missing_step
-        data = (
-            jnp.asarray(x0), jnp.asarray(obs), jnp.asarray(obs, dtype=float),
-            jnp.asarray(n_obs, dtype=float), jnp.asarray(np.sum(x0**2, axis=0)),
-            jnp.asarray(floor_vec),
-        )
-        data_form = False
-    else:
-        step = _complete_step
-        source = x0 if data_form else (x0.T @ x0) / n  # x0 is centred already
-        data = (jnp.asarray(source), jnp.asarray(var), float(n), jnp.asarray(floor_vec))
-
+        tol = DEFAULT_TOL
     if init is None:
-        if not (has_missing or data_form):
-            src, is_scatter = source, True
-        elif d > n or data_form:
-            src, is_scatter = x0, False
-        else:
-            src, is_scatter = (x0.T @ x0) / n, True
-        w0, psi0 = _initial(src, is_scatter, n, var, k, isotropic, floor_vec)
+        w0, psi0 = _start(prob, k)
         mu0 = np.zeros(d)
     else:
-        w0, psi0, mu0 = _check_init(init, d, k)
-        w0, psi0, mu0 = w0 / prepared.scale, psi0 / prepared.scale**2, mu0 / prepared.scale
-        mu0 = mu0 - centre
+        units = (prepared.scale, prepared.scale**2, prepared.scale)
+        w0, psi0, mu0 = (a / s for a, s in zip(init, units, strict=True))
+        mu0 = mu0 - centre if has_missing else np.zeros(d)  # complete data: the ML mean is xbar
         psi0 = np.full(d, psi0.mean()) if isotropic else psi0
-        psi0 = np.maximum(psi0, floor_vec)
-        if not has_missing:
-            mu0 = np.zeros(d)  # the ML mean of complete data is the sample mean
-    params = (jnp.asarray(w0), jnp.asarray(psi0), jnp.asarray(mu0))
-    x, ll, trace, n_maps, converged = _iterate(
-        params, data, step, isotropic=isotropic, data_form=data_form, tol=tol,
-        max_iter=max_iter, accelerate=accelerate,
-    )
-    w, psi, mu = (np.asarray(a) for a in x)
+        psi0 = np.maximum(psi0, prob.floor)
+    step = _missing_map if has_missing else _complete_map
+    # Work of one map: the missing-block covariances, S A, or Xc^T (Xc A).
+    flops = n * d * d * k if has_missing else (n * d * k if prob.data_form else d * d * k)
+    with serial_blas(flops):
+        x, ll, trace, n_maps, converged = _iterate(
+            (w0, psi0, mu0), prob, step, tol=tol, max_iter=max_iter, accelerate=accelerate
+        )
+    w, psi, mu = x
+    at_floor = psi <= prob.floor * (1.0 + 1e-9)
+    _warn(converged, max_iter, tol, at_floor, isotropic, rel_floor)
     g = canonical_loadings(LowRankGaussian(w, psi, mu + centre))
-    at_floor = psi <= floor_vec * (1.0 + 1e-9)
+    fit = Fit(g, ll, "em", n_maps, converged, trace, at_floor)
+    return fit.to_data_units(prepared.scale, prepared.total_observed)
+
+
+def _warn(converged, max_iter, tol, at_floor, isotropic, rel_floor):
     if not converged:
         warnings.warn(
-            f"EM did not converge in max_iter={max_iter} iterations (last relative log-likelihood "
-            f"gain above tol={tol}); increase max_iter or tol.",
+            f"EM did not converge in max_iter={max_iter} iterations (estimated distance to the "
+            f"optimum above tol={tol:g}); increase max_iter or tol.",
             ConvergenceWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
     if at_floor.any():
         what = (
@@ -433,8 +507,4 @@ def fit_em(
             else f"features {np.flatnonzero(at_floor)[:10].tolist()} have noise variance at the "
             "lower bound (Heywood case: they are explained almost exactly by the factors)"
         )
-        warnings.warn(
-            f"{what}; floor = {rel_floor:g} x feature variance.", UserWarning, stacklevel=2
-        )
-    fit = Fit(g, ll, "em", n_maps, converged, trace, at_floor)
-    return fit.to_data_units(prepared.scale, prepared.total_observed)
+        warnings.warn(f"{what}; floor = {rel_floor:g} x feature variance.", UserWarning, stacklevel=3)

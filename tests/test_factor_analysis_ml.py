@@ -1,0 +1,198 @@
+"""Maximum-likelihood factor analysis (Newton on the profiled likelihood) against finite differences,
+dense extended-precision algebra, scikit-learn on its own datasets and R's factanal."""
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import multivariate_normal
+from sklearn import datasets
+
+from bayespca.inference.contract import ModelSpec
+from bayespca.inference.factor_ml import fit_covariance, fit_factor_analysis, profile
+from bayespca.probabilistic import FactorAnalysis
+from bayespca.statistics import prepare
+
+DATA = Path(__file__).parent / "data"
+SKLEARN = json.loads((DATA / "sklearn_fa_reference.json").read_text())["fits"]
+
+
+def _correlation(seed=0, n=200, d=7, k=2):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, k)) @ rng.standard_normal((k, d)) + rng.standard_normal((n, d))
+    return np.corrcoef(X.T)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_profile_gradient_and_hessian_equal_finite_differences(k):
+    corr = _correlation()
+    x = np.log(np.random.default_rng(1).uniform(0.2, 0.8, corr.shape[0]))
+    p = profile(x, corr, k, hessian=True)
+    h = 1e-6
+    eye = np.eye(x.size)
+    up, down = [profile(x + h * e, corr, k) for e in eye], [profile(x - h * e, corr, k) for e in eye]
+    fd_grad = [(a.value - b.value) / (2 * h) for a, b in zip(up, down, strict=True)]
+    fd_hess = [(a.gradient - b.gradient) / (2 * h) for a, b in zip(up, down, strict=True)]
+    np.testing.assert_allclose(p.gradient, fd_grad, atol=1e-8)
+    np.testing.assert_allclose(p.hessian, np.array(fd_hess), atol=1e-8)
+
+
+def test_profile_is_the_log_likelihood_at_the_best_loadings():
+    # f(x) = -2/n loglik - d log(2 pi) of the Gaussian with W(psi), by SciPy's dense density;
+    # and W(psi) beats nearby loadings (it is the maximiser for these psi).
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((300, 2)) @ rng.standard_normal((2, 6)) + rng.standard_normal((300, 6))
+    X = (X - X.mean(axis=0)) / X.std(axis=0)
+    n, d = X.shape
+    x = np.log(rng.uniform(0.3, 0.9, d))
+    p = profile(x, np.cov(X.T, bias=True), 2)
+
+    def loglik(w):
+        return multivariate_normal(np.zeros(d), w @ w.T + np.diag(np.exp(x))).logpdf(X).sum()
+
+    assert p.value == pytest.approx(-2 / n * loglik(p.loadings) - d * np.log(2 * np.pi), rel=1e-12)
+    for _ in range(5):
+        assert loglik(p.loadings + 1e-3 * rng.standard_normal(p.loadings.shape)) < loglik(p.loadings)
+
+
+def _extended_precision_gradient(w, psi, cov, n):
+    """Gradient of the total log-likelihood in W and log psi, dense, in np.longdouble.
+
+    ``l = -n/2 [log|C| + tr(C^{-1} S)]``, so ``dl/dC = n/2 (C^{-1} S C^{-1} - C^{-1})``,
+    ``dl/dW = 2 dl/dC W``, ``dl/dlog psi_j = psi_j (dl/dC)_jj``.
+    """
+    w, psi, cov = (np.asarray(a, dtype=np.longdouble) for a in (w, psi, cov))
+    c = w @ w.T + np.diag(psi)
+    d = c.shape[0]
+    # Gauss-Jordan in extended precision (C is d x d, d <= 30)
+    inv = np.eye(d, dtype=np.longdouble)
+    a = c.copy()
+    for j in range(d):
+        pivot = a[j, j]
+        a[j] /= pivot
+        inv[j] /= pivot
+        for i in range(d):
+            if i != j:
+                factor = a[i, j]
+                a[i] -= factor * a[j]
+                inv[i] -= factor * inv[j]
+    dl_dc = 0.5 * n * (inv @ cov @ inv - inv)
+    return np.asarray(2 * dl_dc @ w, dtype=float), np.asarray(psi * np.diag(dl_dc), dtype=float)
+
+
+def _sklearn_cases():
+    return sorted(SKLEARN, key=lambda key: (key.split("/")[0], key.split("/")[1], int(key.split("/")[2])))
+
+
+@pytest.mark.parametrize("case", _sklearn_cases())
+def test_never_below_sklearn_on_its_datasets_and_stationary(case):
+    # Issue 19: breast cancer k=4 was 538 nats below scikit-learn; diabetes k=5
+    # stopped 5.6e-6 relative short of its optimum. Reference: scikit-learn's
+    # FactorAnalysis(tol=1e-8, svd_method="lapack", max_iter=20000), stored.
+    name, scaling, k = case.split("/")
+    X = getattr(datasets, f"load_{name}")().data
+    if scaling == "std":
+        X = (X - X.mean(axis=0)) / X.std(axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # Heywood cases
+        fit = fit_factor_analysis(prepare(X), ModelSpec("diagonal", int(k)))
+    assert fit.converged
+    reference = SKLEARN[case]["log_likelihood"]
+    assert fit.log_likelihood >= reference - 1e-8 * abs(reference)
+    # Gradient of the log-likelihood in W (correlation scale) and log psi
+    # (features above the floor) at the reported optimum, by dense algebra.
+    n = X.shape[0]
+    sd = X.std(axis=0)
+    w, psi = fit.gaussian.loadings / sd[:, None], fit.gaussian.noise / sd**2
+    grad_w, grad_log_psi = _extended_precision_gradient(w, psi, np.corrcoef(X.T), n)
+    assert np.max(np.abs(grad_w)) < 1e-6
+    assert np.max(np.abs(grad_log_psi[~fit.at_floor]), initial=0.0) < 1e-6
+    # At the floor the likelihood would rise by lowering psi_j further (a KKT point).
+    assert np.all(grad_log_psi[fit.at_floor] < 1e-6)
+
+
+def _factanal():
+    ref = json.loads((DATA / "factanal_mtcars.json").read_text())
+    X = pd.read_csv(DATA / "factanal_mtcars_data.csv").to_numpy(dtype=float)
+    return ref, X
+
+
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("scale", [1.0, 1e-100, 3e100])
+def test_equals_r_factanal_at_any_scale(k, scale):
+    # R's factanal (stored, tests/data/factanal_mtcars.R) on mtcars, raw units:
+    # uniquenesses are on the correlation scale. (R's attitude reference named
+    # in issue 19 is not stored and R is not installed here: mtcars stands in.)
+    ref, X = _factanal()
+    fit = fit_factor_analysis(prepare(scale * X), ModelSpec("diagonal", k))
+    uniqueness = fit.gaussian.noise / (scale * X.std(axis=0)) ** 2
+    np.testing.assert_allclose(uniqueness, ref["fits"][str(k)]["uniquenesses"], atol=1e-6)
+    n, d = X.shape
+    objective = ref["fits"][str(k)]["objective"]
+    ll_r = -n / 2 * (d * np.log(2 * np.pi) + ref["log_det_correlation"] + objective + d)
+    ll_r -= n * np.sum(np.log(scale * X.std(axis=0)))  # correlation scale -> data units
+    assert fit.log_likelihood == pytest.approx(ll_r, rel=1e-10)
+
+
+@pytest.mark.parametrize("floor", [1e-6, 1e-9, 1e-10, 1e-12])
+def test_log_likelihood_equals_score_samples_down_to_floor_1e12(floor):
+    # Issue 19: standardised breast cancer, 5 factors, noise_floor=1e-12 reported
+    # 8.64e8 against score_samples' -12421.4.
+    X = datasets.load_breast_cancer().data
+    X = (X - X.mean(axis=0)) / X.std(axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        fa = FactorAnalysis(5, noise_floor=floor).fit(X)
+    assert fa.heywood_features_.size > 0  # the floor is active
+    assert fa.log_likelihood_ == pytest.approx(fa.score_samples(X).sum(), rel=1e-10)
+    # Against SciPy's dense density (C itself is well conditioned here, cond ~1e5:
+    # the Heywood feature is explained by a factor, not by its noise).
+    c = fa.get_covariance()
+    assert np.linalg.cond(c) < 1e6
+    ref = multivariate_normal(fa.mean_, c).logpdf(X).sum()
+    assert fa.log_likelihood_ == pytest.approx(ref, rel=1e-10)
+
+
+def test_scale_equivariant_per_feature():
+    # Factor analysis of X D (each feature rescaled) is the fit of X with W -> D W,
+    # psi -> D^2 psi: same iterations, same uniquenesses on the correlation scale.
+    X = datasets.load_wine().data
+    D = np.logspace(-20, 20, X.shape[1])
+    a = fit_factor_analysis(prepare(X), ModelSpec("diagonal", 3))
+    b = fit_factor_analysis(prepare(X * D), ModelSpec("diagonal", 3))
+    np.testing.assert_allclose(b.gaussian.noise / D**2, a.gaussian.noise, rtol=1e-8)
+    w_a, w_b = np.abs(a.gaussian.loadings), np.abs(b.gaussian.loadings / D[:, None])
+    np.testing.assert_allclose(w_b, w_a, rtol=1e-7, atol=1e-9 * w_a.max())
+    assert abs(a.n_iter - b.n_iter) <= 1
+
+
+def test_near_constant_column_scores_at_least_sklearn():
+    # Issue 14: X[:, 5] = 2 + 1e-8 * noise made every loading 0 (score 3.967 per
+    # row against scikit-learn's 6.152).
+    from sklearn.decomposition import FactorAnalysis as SkFA
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 2)) @ rng.standard_normal((2, 6)) + 0.5 * rng.standard_normal((300, 6))
+    X[:, 5] = 2 + 1e-8 * rng.standard_normal(300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sk = SkFA(2).fit(X)
+        ours = FactorAnalysis(2).fit(X)
+    assert ours.score(X) >= sk.score(X) - 1e-8 * abs(sk.score(X))
+    assert np.all(np.abs(ours.loadings_[:5]).max(axis=1) > 0.1)  # the factors are not lost
+
+
+def test_starts_explore_when_the_first_two_disagree():
+    # Breast cancer (raw), 10 factors: the two deterministic starts end at a
+    # local optimum 154 nats below the best that further starts find.
+    X = datasets.load_breast_cancer().data
+    cov = np.cov(X.T, bias=True)
+    floor = 1e-9 * np.diag(cov)
+    two = fit_covariance(cov, 10, floor, n_starts=2)
+    many = fit_covariance(cov, 10, floor)
+    n = X.shape[0]
+    assert -0.5 * n * (many.objective[-1] - two.objective[-1]) > 100
+    assert len(many.start_objectives) > 2

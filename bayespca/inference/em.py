@@ -66,6 +66,7 @@ import numpy as np
 from jax.scipy.linalg import cho_solve
 from sklearn.exceptions import ConvergenceWarning
 
+from bayespca.chunked import in_memory
 from bayespca.gaussian import (
     LowRankGaussian,
     _masked_factors,
@@ -359,10 +360,8 @@ def fit_em(
     rel_floor = DEFAULT_FLOOR[noise] if floor is None else float(floor)
     if not rel_floor > 0:
         raise ValueError(f"floor must be a float > 0; got {floor!r}.")
-    missing = np.isnan(X)
-    has_missing = bool(missing.any())
-    obs = ~missing
-    n_obs = obs.sum(axis=0)
+    has_missing = prepared.missing is not None
+    n_obs = prepared.n_observed
     if np.any(n_obs == 0):
         raise ValueError(
             "X has features with no observed value (columns "
@@ -370,13 +369,16 @@ def fit_em(
         )
     # Centre on the observed means: the fit is translation-equivariant, and
     # centred numbers keep psi_j = (sum x^2 - w~^T b) / n_j accurate.
-    centre = np.nansum(X, axis=0) / n_obs if has_missing else X.mean(axis=0)
-    x0 = np.where(obs, X - centre, 0.0) if has_missing else X - centre
-    var = np.sum(x0**2, axis=0) / n_obs
+    centre = prepared.mean
+    var = prepared.variances
+    data_form = (form == "data") or (form == "auto" and d > n)
+    if has_missing or data_form:  # the rows themselves (a backend's rows: bayespca.chunked.in_memory)
+        X = in_memory(X, "EM with missing values or with more features than rows")
+        obs = ~np.isnan(X)
+        x0 = np.where(obs, X - centre, 0.0) if has_missing else X - centre
     floor_vec = noise_floor(var, rel_floor)
     if isotropic:
         floor_vec = np.full(d, float(noise_floor(np.array([var.mean()]), rel_floor)[0]))
-    data_form = (form == "data") or (form == "auto" and d > n)
     if tol is None:
         tol = DEFAULT_TOL[has_missing]
 
@@ -390,7 +392,7 @@ def fit_em(
         data_form = False
     else:
         step = _complete_step
-        source = x0 if data_form else (x0.T @ x0) / n  # x0 is centred already
+        source = x0 if data_form else prepared.stats.scatter / n
         data = (jnp.asarray(source), jnp.asarray(var), float(n), jnp.asarray(floor_vec))
 
     if init is None:

@@ -41,7 +41,17 @@ from bayespca.statistics import (
     check_representable,
 )
 
-__all__ = ["MAX_IN_MEMORY_BYTES", "as_dask_matrix", "in_memory", "is_chunked", "prepare_chunked", "rowwise"]
+__all__ = [
+    "MAX_IN_MEMORY_BYTES",
+    "MAX_SCATTER_FEATURES",
+    "Spectrum",
+    "as_dask_matrix",
+    "in_memory",
+    "is_chunked",
+    "pca_spectrum",
+    "prepare_chunked",
+    "rowwise",
+]
 
 _MAX_PATTERNS = 64
 #: Largest Dask array :func:`in_memory` brings to the client (bytes).
@@ -205,13 +215,13 @@ class _Moments(NamedTuple):
     patterns: dict  # packed mask -> _Raw of the observed block
 
 
-def _block_moments(block: np.ndarray, unit: float, centre: np.ndarray, keys: tuple | None) -> _Moments:
+def _block_moments(block: np.ndarray, unit: float, centre: np.ndarray, keys: tuple | None, rows: bool):
     y = (block - centre) / unit
     observed = ~np.isnan(y)
     filled = np.where(observed, y, 0.0)
     columns = _Raw(observed.sum(axis=0), filled.sum(axis=0), np.einsum("ij,ij->j", filled, filled))
     if keys is None:  # complete data
-        return _Moments(columns, _raw(y), {})
+        return _Moments(columns, _raw(y) if rows else None, {})
     packed = np.packbits(observed, axis=1)
     patterns = {}
     for key in keys:
@@ -274,13 +284,16 @@ def _check_extent(ext: _Extent, d: int, allow_nan: bool, min_samples: int, estim
     return np.array(keys, dtype=object)
 
 
-def prepare_chunked(X: Any, *, estimator: Any, allow_nan: bool = True, min_samples: int = 2) -> Prepared:
+def prepare_chunked(
+    X: Any, *, estimator: Any, allow_nan: bool = True, min_samples: int = 2, scatter: bool = True
+) -> Prepared:
     """:func:`bayespca.statistics.prepare` for a Dask array or dataframe: statistics by tree reduction.
 
     The :class:`~bayespca.statistics.Prepared` holds the rows as a lazy Dask
     array in working units (``missing`` its lazy NaN mask) and its
     statistics computed already: ``n_observed``, ``mean``, ``variances``,
-    ``stats`` (complete data) and ``patterns`` (up to 64 patterns of
+    ``stats`` (complete data, unless ``scatter`` is False: the d x d sums
+    are then not formed) and ``patterns`` (up to 64 patterns of
     observed entries; above that, the lazy rows, as
     :func:`bayespca.statistics.missing_patterns` keeps the rows).
 
@@ -306,7 +319,7 @@ def prepare_chunked(X: Any, *, estimator: Any, allow_nan: bool = True, min_sampl
     few = keys is not None and len(keys) <= _MAX_PATTERNS
     # Above 64 patterns only the per-column moments are reduced (keys=()): the rows stay.
     block_keys = None if keys is None else tuple(keys) if few else ()
-    block_fn = functools.partial(_block_moments, unit=unit, centre=centre, keys=block_keys)
+    block_fn = functools.partial(_block_moments, unit=unit, centre=centre, keys=block_keys, rows=scatter)
     mom = _reduce(arr, block_fn, _merge_moments)
     cols = mom.columns
     col_mean = cols.total / cols.n
@@ -328,11 +341,11 @@ def prepare_chunked(X: Any, *, estimator: Any, allow_nan: bool = True, min_sampl
     cache["n_observed"] = cols.n.astype(int)
     cache["mean"] = (offset + col_mean) * factor
     cache["variances"] = col_ss * factor**2 / cols.n
-    if keys is None:
+    if keys is None and scatter:
         cache["stats"] = _centred(mom.rows, offset, factor)
-    elif few:
+    elif keys is not None and few:
         cache["patterns"] = _patterns(keys, mom.patterns, d, offset, factor)
-    else:
+    elif keys is not None:
         observed = ~missing
         cache["patterns"] = MissingPatterns((), (), d, da.where(observed, working, 0.0), observed)
     return prepared
@@ -347,6 +360,100 @@ def _patterns(keys, raws: dict, d: int, offset: np.ndarray, factor: float) -> Mi
         columns.append(cols)
         kept.append(_centred(raws[key], offset[cols], factor))
     return MissingPatterns(tuple(columns), tuple(kept), d)
+
+
+# ------------------------------------------------------------------ PCA
+#: Above this many features PCA(solver="auto") on Dask input does not form the d x d scatter.
+MAX_SCATTER_FEATURES = 2048
+PCA_SOLVERS = ("auto", "covariance", "full", "randomized")
+
+
+class Spectrum(NamedTuple):
+    """What :func:`pca_spectrum` gives :class:`bayespca.PCA`.
+
+    Attributes
+    ----------
+    svd : bayespca.linalg.SVD
+        Of the centred (standardised) data, ``scores`` None.
+    mean, scale : ndarray of shape (d,)
+    k : int or None
+        ``n_components`` as checked by the estimator.
+    solver : str
+    shape : tuple of int
+    rows : dask.array.Array
+        The rows the training scores are computed from (lazily): ``X``, or
+        with ``standardize`` the standardised rows.
+    """
+
+    svd: Any
+    mean: np.ndarray
+    scale: np.ndarray
+    k: int | None
+    solver: str
+    shape: tuple
+    rows: Any
+
+
+def pca_spectrum(estimator: Any, X: Any, check_params) -> Spectrum:
+    """Principal axes of a Dask array or dataframe for :class:`bayespca.PCA`.
+
+    Solvers: ``"covariance"``, eigenvectors of the d x d scatter from the
+    tree reduction of :func:`prepare_chunked` (one pass, the default up to
+    :data:`MAX_SCATTER_FEATURES` features); ``"full"``, the exact thin SVD
+    by Dask's tall-skinny QR (``dask.array.linalg.svd``; each chunk needs at
+    least d rows); ``"randomized"``, Dask's ``svd_compressed`` (power
+    iterations, an integer ``n_components``; the default above that many
+    features). ``"gram"`` (n x n) is refused. ``check_params(n, d)``
+    validates the estimator's parameters against the shape first.
+    """
+    import dask
+    import dask.array as da
+
+    from bayespca.linalg import SVD, flip_signs
+    from bayespca.params import check_choice
+    from bayespca.statistics import scatter_spectrum
+
+    arr, _ = as_dask_matrix(X)
+    n, d = arr.shape
+    k = check_params(n, d)
+    solver = check_choice(estimator.solver, "solver (on Dask input)", PCA_SOLVERS)
+    if solver == "auto":
+        solver = "covariance" if d <= MAX_SCATTER_FEATURES else "randomized" if k else "full"
+    if solver == "randomized" and not k:
+        raise ValueError(
+            f"solver='randomized' needs an integer n_components >= 1; got {estimator.n_components!r}. "
+            "Use solver='covariance' or 'full'."
+        )
+    prepared = prepare_chunked(X, estimator=estimator, allow_nan=False, scatter=solver == "covariance")
+    s = prepared.scale
+    mean = prepared.mean * s
+    scale = np.ones(d)
+    if estimator.standardize:
+        std = np.sqrt(prepared.variances * n / (n - 1)) * s
+        scale = np.where(std > 0, std, 1.0)
+    total_ss = float(np.sum(prepared.variances * n * s**2 / scale**2))
+    centred = (arr - mean) / scale
+    if solver == "covariance":
+        stats = prepared.stats
+        scatter = stats.scatter * s**2 / np.outer(scale, scale)
+        svd = scatter_spectrum(SufficientStatistics(n, mean, scatter), k)
+    else:
+        if solver == "full":
+            _, values, axes = da.linalg.svd(centred.rechunk({0: max(max(arr.chunks[0]), d)}))
+        else:
+            depth = estimator.n_power_iter
+            if depth is None:
+                depth = 3 if k < 0.1 * min(n, d) else 2
+            seed = np.random.default_rng(estimator.random_state).integers(2**31)
+            _, values, axes = da.linalg.svd_compressed(
+                centred, k, n_power_iter=depth, n_oversamples=estimator.n_oversamples,
+                seed=int(seed),
+            )
+        values, axes = dask.compute(values, axes)
+        axes, _ = flip_signs(np.asarray(axes))
+        svd = SVD(np.asarray(values), axes, None, total_ss)
+    rows = centred if estimator.standardize else arr
+    return Spectrum(svd, mean, scale, k, solver, (n, d), rows)
 
 
 # ------------------------------------------------------------------ row-level work

@@ -8,6 +8,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
 from bayespca import gaussian
+from bayespca.chunked import is_chunked, rowwise
 from bayespca.data import as_float_matrix, check_is_fitted, validate_fit, validate_transform
 from bayespca.linalg import svd_covariance, svd_full, svd_gram, svd_randomized
 from bayespca.selection import METHODS, select_from_singular_values
@@ -228,6 +229,8 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         raise TypeError(f"n_components must be {accepted}; got {type(k).__name__} {k!r}.")
 
     def _fit(self, X):
+        if is_chunked(X):  # rows held by Dask: bayespca.chunked.pca_spectrum
+            return self._fit_chunked(X)
         data = validate_fit(self, X)
         X = data.X
         n, d = X.shape
@@ -258,6 +261,18 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         else:
             svd = svd_randomized(X, centre, k, n_oversamples=self.n_oversamples,
                                  n_power_iter=self.n_power_iter, random_state=self.random_state)
+        return X, self._store(svd, mean, scale, n, d, k, solver)
+
+    def _fit_chunked(self, X):
+        from bayespca.chunked import pca_spectrum
+
+        spectrum = pca_spectrum(self, X, self._check_params)
+        n, d = spectrum.shape
+        return spectrum.rows, self._store(spectrum.svd, spectrum.mean, spectrum.scale, n, d, spectrum.k,
+                                          spectrum.solver)
+
+    def _store(self, svd, mean, scale, n, d, k, solver):
+        """Set the fitted attributes from the decomposition; the training scores (or None)."""
         self.selection_ = None
         if k is None:
             k = self._resolve_n_components(svd.singular_values, n, d)
@@ -277,8 +292,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self.solver_ = solver
         if not (np.all(np.isfinite(self.components_)) and np.isfinite(total_var)):
             raise ValueError("X has values so large that PCA overflowed float64; rescale X.")
-        scores = None if svd.scores is None else svd.scores[:, :k]
-        return X, scores
+        return None if svd.scores is None else svd.scores[:, :k]
 
     def _resolve_n_components(self, s: np.ndarray, n: int, d: int) -> int:
         k = self.n_components
@@ -324,6 +338,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         scale = np.sqrt(self.explained_variance_)
         return np.maximum(scale, np.finfo(float).eps)
 
+    @rowwise(width="out")
     def transform(self, X):
         """Project ``X`` on the principal axes: ``((X - mean_) / scale_) @ components_.T``.
 
@@ -340,6 +355,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         axes = self.components_ / self.scale_ if self.standardize else self.components_
         return self._whiten(X @ axes.T - self.mean_ @ axes.T)
 
+    @rowwise(width="in", named=False)
     def inverse_transform(self, X):
         """Map scores back to feature space: ``(Z [sqrt(lambda)] V) * scale_ + mean_``.
 
@@ -401,6 +417,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """Inverse of :meth:`get_covariance` by the Woodbury identity (no d x d inverse), shape (d, d)."""
         return np.asarray(gaussian.precision(self._gaussian()))
 
+    @rowwise(width=None)
     def score_samples(self, X):
         """Log-likelihood of each sample under the pPCA Gaussian, shape (n_samples,)."""
         g = self._gaussian()

@@ -19,6 +19,7 @@ import pandas as pd
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
 from bayespca import gaussian
+from bayespca.chunked import rowwise
 from bayespca.data import as_float_matrix, check_is_fitted, validate_transform
 from bayespca.gaussian import LatentPosterior, LowRankGaussian
 from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
@@ -371,6 +372,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
             post = gaussian.latent_posterior(self.gaussian_, np.nan_to_num(X), ~missing)
         return self._rotate_posterior(post)
 
+    @rowwise(width="out", draws=True)
     def sample_latent(self, X, num_samples=100, random_state=None):
         """Draws of the latent factors ``z_i`` from their posterior, shape (num_samples, n, k).
 
@@ -402,6 +404,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         r = self._rotation()
         return z if r is None else z @ np.linalg.inv(r).T
 
+    @rowwise(width="out")
     def transform(self, X):
         """Posterior mean of the latent factors, ``E[z | x]``, shape (n_samples, n_components).
 
@@ -409,6 +412,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         """
         return self.latent_posterior(X).mean
 
+    @rowwise(width="in", named=False)
     def inverse_transform(self, X):
         """Mean of ``x`` given factor values, ``W z + mu``, shape (n_samples, n_features)."""
         check_is_fitted(self, "gaussian_")
@@ -435,6 +439,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         key = as_key(random_state)
         return np.asarray(gaussian.sample(self.gaussian_, key, int(n_samples)))
 
+    @rowwise(width=None)
     def score_samples(self, X):
         """Marginal log-likelihood ``log N(x_i | mu, W W^T + Psi)`` per row, shape (n_samples,).
 
@@ -463,6 +468,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         check_is_fitted(self, "gaussian_")
         return np.asarray(gaussian.precision(self.gaussian_))
 
+    @rowwise(width="in", pair="return_variance")
     def impute(self, X, return_variance=False):
         """Replace missing entries (NaN) by their conditional mean given the observed ones.
 

@@ -46,8 +46,10 @@ __all__ = [
     "MAX_SCATTER_FEATURES",
     "Spectrum",
     "as_dask_matrix",
+    "draws_log_likelihood",
     "in_memory",
     "is_chunked",
+    "lazy_pointwise",
     "pca_spectrum",
     "prepare_chunked",
     "rowwise",
@@ -454,6 +456,46 @@ def pca_spectrum(estimator: Any, X: Any, check_params) -> Spectrum:
         svd = SVD(np.asarray(values), axes, None, total_ss)
     rows = centred if estimator.standardize else arr
     return Spectrum(svd, mean, scale, k, solver, (n, d), rows)
+
+
+# ------------------------------------------------------------------ posterior
+def draws_log_likelihood(draws: Any, prepared: Prepared) -> np.ndarray:
+    """Total log-likelihood of the data per posterior draw, shape (chain, draw), from the statistics.
+
+    ``sum_i log p(x_i | W_s, Psi_s, mu_s)`` by
+    :func:`bayespca.models.marginal_log_likelihood` on ``prepared.stats``
+    (or its patterns), O(d^2 k) per draw whatever ``n``; draws in data
+    units, moved to working units and back (``-n_obs log(scale)``).
+    """
+    import jax
+
+    from bayespca.gaussian import LowRankGaussian
+    from bayespca.models import marginal_log_likelihood
+    from bayespca.statistics import log_scale_correction
+
+    stats = prepared.stats if prepared.missing is None else prepared.patterns
+    s = prepared.scale
+    g = draws.gaussians()
+    working = (np.asarray(g.loadings) / s, np.asarray(g.noise) / s**2, np.asarray(g.mean) / s)
+    totals = jax.lax.map(lambda a: marginal_log_likelihood(LowRankGaussian(*a), stats), working)
+    totals = np.asarray(totals) + log_scale_correction(prepared.total_observed, s)
+    return totals.reshape(draws.loadings.shape[:2])
+
+
+def lazy_pointwise(draws: Any, X: Any) -> Any:
+    """``log p(x_i | theta_s)`` per draw and row as a lazy Dask array (chain, draw, n), chunked like ``X``."""
+    import dask
+    import dask.array as da
+
+    from bayespca.posterior import pointwise_log_likelihood
+
+    arr, _ = as_dask_matrix(X)
+    lead = draws.loadings.shape[:2]
+    parts = [
+        da.from_delayed(dask.delayed(pointwise_log_likelihood, pure=True)(draws, b), (*lead, rows), float)
+        for b, rows in zip(_blocks(arr), arr.chunks[0], strict=True)
+    ]
+    return da.concatenate(parts, axis=2)
 
 
 # ------------------------------------------------------------------ row-level work

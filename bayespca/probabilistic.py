@@ -19,7 +19,7 @@ import pandas as pd
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
 from bayespca import gaussian
-from bayespca.chunked import rowwise
+from bayespca.chunked import is_chunked, rowwise
 from bayespca.data import as_float_matrix, check_is_fitted, validate_transform
 from bayespca.gaussian import LatentPosterior, LowRankGaussian
 from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
@@ -249,8 +249,14 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         self.identification_ = draws.identification
         stored = draws.loadings.shape[0] * draws.loadings.shape[1] * n
         X = prepared.X * prepared.scale
+        total = None
+        if is_chunked(X):  # the per-draw totals from the statistics, not a pass over the rows
+            from bayespca.chunked import draws_log_likelihood
+
+            total = draws_log_likelihood(draws, prepared)
         self.posterior_ = to_datatree(
-            draws, X, feature_names=prepared.feature_names, log_likelihood=stored <= _MAX_POINTWISE
+            draws, X, feature_names=prepared.feature_names, log_likelihood=stored <= _MAX_POINTWISE,
+            log_lik=total,
         )
         diagnose(draws, self.posterior_["posterior"]["log_lik"].values)
 

@@ -151,3 +151,20 @@ def test_row_level_methods_are_lazy_and_equal_numpy():
     Xc = da.from_array(np.nan_to_num(X), chunks=(300, 5))
     _close(pca.transform(Xc).compute(), pca.transform(np.nan_to_num(X)))
     _close(pca.score_samples(Xc).compute(), pca.score_samples(np.nan_to_num(X)))
+
+
+def test_subsampled_loo_agrees_with_full_loo():
+    from arviz_stats import loo
+
+    from bayespca.subsampled_loo import loo_subsample
+
+    X = _factor_data(n=2000, d=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = PPCA(2, method="nuts", num_warmup=100, num_samples=100, num_chains=1, random_state=0).fit(X)
+    full = loo(model.posterior_)
+    lazy = loo_subsample(model, da.from_array(X, chunks=(300, 4)), observations=300, seed=0)
+    eager = loo_subsample(model, X, observations=300, seed=0)
+    assert lazy.elpd == pytest.approx(eager.elpd, rel=1e-12)  # Dask reduction = in-memory values
+    assert abs(lazy.elpd - full.elpd) <= lazy.se
+    assert abs(lazy.elpd - full.elpd) <= 2 * lazy.subsampling_se

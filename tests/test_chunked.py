@@ -168,3 +168,18 @@ def test_subsampled_loo_agrees_with_full_loo():
     assert lazy.elpd == pytest.approx(eager.elpd, rel=1e-12)  # Dask reduction = in-memory values
     assert abs(lazy.elpd - full.elpd) <= lazy.se
     assert abs(lazy.elpd - full.elpd) <= 2 * lazy.subsampling_se
+
+
+def test_command_line_reads_parquet_and_zarr(tmp_path, capsys):
+    from bayespca.cli import main
+
+    X = _factor_data(n=500)
+    frame = pd.DataFrame(X, columns=[f"x{j}" for j in range(X.shape[1])])
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    frame.to_parquet(tmp_path / "d.parquet")
+    da.from_array(X, chunks=128).to_zarr(str(tmp_path / "d.zarr"))
+    lines = {}
+    for name in ("d.csv", "d.parquet", "d.zarr"):
+        assert main(["fit", str(tmp_path / name), "--n-components", "2", "--method", "closed_form"]) in (0, None)
+        lines[name] = [line for line in capsys.readouterr().out.splitlines() if "log-likelihood" in line]
+    assert lines["d.parquet"] == lines["d.csv"] == lines["d.zarr"]

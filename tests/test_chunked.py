@@ -180,6 +180,7 @@ def test_command_line_reads_parquet_and_zarr(tmp_path, capsys):
     da.from_array(X, chunks=128).to_zarr(str(tmp_path / "d.zarr"))
     lines = {}
     for name in ("d.csv", "d.parquet", "d.zarr"):
-        assert main(["fit", str(tmp_path / name), "--n-components", "2", "--method", "closed_form"]) in (0, None)
+        command = ["fit", str(tmp_path / name), "--n-components", "2", "--method", "closed_form"]
+        assert main(command) in (0, None)
         lines[name] = [line for line in capsys.readouterr().out.splitlines() if "log-likelihood" in line]
     assert lines["d.parquet"] == lines["d.csv"] == lines["d.zarr"]

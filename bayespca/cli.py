@@ -57,6 +57,7 @@ __all__ = [
     "main",
     "parse_components",
     "read_csv",
+    "read_data",
 ]
 
 _MODELS = {"ppca": "PPCA", "fa": "FactorAnalysis"}
@@ -157,6 +158,54 @@ def read_csv(path):
     df = df.astype(float)
     df.attrs["delimiter"] = delimiter
     return df
+
+
+OUT_OF_CORE = (".parquet", ".zarr")
+
+
+def read_data(path):
+    """The data of ``bayespca fit``: a CSV file (:func:`read_csv`), or out of core through Dask.
+
+    ``.parquet`` (a file or a folder of parts) is read lazily by
+    ``dask.dataframe.read_parquet``, ``.zarr`` (a 2-D array store) by
+    ``dask.array.from_zarr`` (columns named ``x0``, ``x1``, ...): the fit
+    then runs on the reduced statistics (:mod:`bayespca.chunked`) and the
+    rows are never loaded at once.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> import pandas as pd
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "data.parquet"
+    >>> pd.DataFrame({"a": [1.0, 2.0], "b": [3.0, 5.0]}).to_parquet(path)
+    >>> frame = read_data(path)
+    >>> list(frame.columns), frame.compute()["b"].tolist()
+    (['a', 'b'], [3.0, 5.0])
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in OUT_OF_CORE:
+        return read_csv(path)
+    if not path.exists():
+        raise CLIError(f"data file {str(path)!r} does not exist")
+    try:
+        import dask.array as da
+        import dask.dataframe as dd
+    except ImportError:
+        raise CLIError(f"reading {suffix} needs Dask: pip install 'bayespca[dask]'") from None
+    try:
+        if suffix == ".parquet":
+            frame = dd.read_parquet(path)
+        else:
+            arr = da.from_zarr(str(path))
+            if arr.ndim != 2:
+                raise CLIError(f"data store {str(path)!r} holds a {arr.ndim}-D array; expected 2-D")
+            frame = dd.from_dask_array(arr, columns=[f"x{j}" for j in range(arr.shape[1])])
+    except CLIError:
+        raise
+    except Exception as err:  # the readers raise many types; say which file and why, in one line
+        raise CLIError(f"data file {str(path)!r} could not be read as {suffix}: {_one_line(err)}") from None
+    return frame
 
 
 # ------------------------------------------------------------------ output
@@ -397,7 +446,7 @@ _WHERE = {
 
 def _fit(args) -> int:
     out = check_output(args.out, "--out", (".nc",))
-    df = read_csv(args.data)
+    df = read_data(args.data)
     model = _estimator(args, args.n_components)
     with _collected_warnings() as caught:
         try:
@@ -407,10 +456,10 @@ def _fit(args) -> int:
     import pandas as pd
 
     names = [str(c) for c in df.columns]
-    sep = df.attrs.get("delimiter", ",")
+    sep = getattr(df, "attrs", {}).get("delimiter", ",")
     read_as = "" if sep == "," else f" ({'tab' if sep == chr(9) else repr(sep)}-separated)"
     print(f"{_MODELS[args.model]} with {model.n_components_} components by {model.method_} "
-          f"on {df.shape[0]} rows x {df.shape[1]} features of {args.data}{read_as}")
+          f"on {len(df)} rows x {len(names)} features of {args.data}{read_as}")
     where = _WHERE.get(model.method_, "at the maximum-likelihood estimate")
     print(f"log-likelihood of the data {where}: {model.log_likelihood_:.6g}")
     with pd.option_context("display.width", 120, "display.max_rows", 200):
@@ -612,7 +661,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     fit = sub.add_parser("fit", parents=[sampler, common], help="fit pPCA or factor analysis to a CSV file",
                          description="Fit pPCA or factor analysis to a CSV file; print a summary.")
-    fit.add_argument("data", help="CSV file: a header row, then one numeric column per feature")
+    fit.add_argument(
+        "data",
+        help="CSV file (a header row, then one numeric column per feature), or .parquet / .zarr "
+        "(read out of core through Dask)",
+    )
     fit.add_argument("--model", choices=sorted(_MODELS), default="ppca",
                      help="ppca (probabilistic PCA) or fa (factor analysis); default ppca")
     fit.add_argument("--n-components", type=_positive_int, default=None, metavar="K",

@@ -9,6 +9,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
 from bayespca import gaussian
+from bayespca.chunked import is_chunked, rowwise
 from bayespca.data import check_is_fitted, validate_fit, validate_scores, validate_transform
 from bayespca.linalg import SOLVERS, decompose, exact_means
 from bayespca.params import check_bool, check_choice, check_number, check_seed
@@ -236,6 +237,8 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             )
 
     def _fit(self, X):
+        if is_chunked(X):  # rows held by Dask: bayespca.chunked.pca_spectrum
+            return self._fit_chunked(X)
         data = validate_fit(self, X)
         n, d = data.X.shape
         k = self._check_params(n, d)
@@ -258,6 +261,19 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self.scale_ = scale
         self.solver_ = dec.solver
         return svd.scores
+
+    def _fit_chunked(self, X) -> None:
+        """Fit on rows held by Dask (:func:`bayespca.chunked.pca_spectrum`); no training scores."""
+        from bayespca.chunked import pca_spectrum
+
+        spectrum = pca_spectrum(self, X, self._check_params)
+        n, d = spectrum.shape
+        self.selection_ = None
+        svd, k = spectrum.svd, spectrum.k
+        k = self._resolve_n_components(svd.singular_values, n, d, 1.0) if k is None else k
+        self._unit = 1.0
+        self._store(svd, k, n, d, 1.0)
+        self.mean_, self.scale_, self.solver_ = spectrum.mean, spectrum.scale, spectrum.solver
 
     def _store(self, svd, k: int, n: int, d: int, unit: float) -> None:
         """Fitted attributes in data units from the working-unit decomposition."""
@@ -333,6 +349,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         ev = self.explained_variance_
         return np.sqrt(np.where(ev > 0, ev, 1.0))
 
+    @rowwise(width="out")
     def transform(self, X):
         """Project ``X`` on the principal axes: ``((X - mean_) / scale_) @ components_.T``.
 
@@ -351,6 +368,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             scores = self._whiten(X @ axes.T - self.mean_ @ axes.T)
         return _finite(scores, "transform")
 
+    @rowwise(width="in", named=False)
     def inverse_transform(self, X):
         """Map scores back to feature space: ``(Z [sqrt(lambda)] V) * scale_ + mean_``.
 
@@ -415,6 +433,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             precision = np.asarray(gaussian.precision(self._gaussian())) / self._unit**2
         return _finite(precision, "get_precision", _SCALES_APART)
 
+    @rowwise(width=None)
     def score_samples(self, X):
         """Log-likelihood of each sample under the pPCA Gaussian, shape (n_samples,)."""
         g = self._gaussian()

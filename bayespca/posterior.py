@@ -75,6 +75,7 @@ def to_datatree(
     log_likelihood: bool = True,
     posterior_predictive: bool = False,
     random_state: Any = None,
+    log_lik: Any = None,
 ):
     """The posterior as an ArviZ DataTree.
 
@@ -90,8 +91,9 @@ def to_datatree(
     Parameters
     ----------
     draws : Draws
-    X : ndarray of shape (n, d)
-        The data the draws were fitted to (data units).
+    X : ndarray or dask.array.Array of shape (n, d)
+        The data the draws were fitted to (data units). A Dask array keeps
+        ``log_likelihood`` and ``observed_data`` lazy, chunked like ``X``.
     feature_names : sequence of str, optional
         Coordinates of the ``feature`` dim.
     log_likelihood : bool, default=True
@@ -99,6 +101,9 @@ def to_datatree(
     posterior_predictive : bool, default=False
     random_state : None, int, Generator or RandomState
         Seeds the posterior predictive draws.
+    log_lik : ndarray of shape (chain, draw), optional
+        The total log-likelihood per draw when known already (from the
+        sufficient statistics); by default the sum of the pointwise values.
 
     Returns
     -------
@@ -115,7 +120,15 @@ def to_datatree(
     """
     from arviz_base import from_dict
 
-    arr = np.asarray(X, dtype=float)
+    from bayespca.chunked import is_chunked
+
+    if is_chunked(X):  # rows held by Dask: pointwise values stay lazy (bayespca.chunked)
+        from bayespca.chunked import lazy_pointwise
+
+        arr, pointwise = X, lazy_pointwise(draws, X)
+    else:
+        arr = np.asarray(X, dtype=float)
+        pointwise = pointwise_log_likelihood(draws, arr)
     n, d = arr.shape
     k = draws.loadings.shape[-1]
     coords = {
@@ -132,8 +145,7 @@ def to_datatree(
         "inclusion": ["feature", "component"],
     }
     groups = {"posterior": posterior_variables(draws), "sample_stats": dict(draws.sample_stats)}
-    pointwise = pointwise_log_likelihood(draws, arr)
-    groups["posterior"]["log_lik"] = pointwise.sum(-1)
+    groups["posterior"]["log_lik"] = pointwise.sum(-1) if log_lik is None else log_lik
     if log_likelihood:
         groups["log_likelihood"] = {"X": pointwise}
     groups["observed_data"] = {"X": arr}

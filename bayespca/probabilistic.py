@@ -18,6 +18,7 @@ import pandas as pd
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
 from bayespca import gaussian
+from bayespca.chunked import is_chunked, rowwise
 from bayespca.data import as_float_matrix, check_is_fitted, validate_transform
 from bayespca.gaussian import LatentPosterior, LowRankGaussian
 from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
@@ -247,8 +248,14 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         self.identification_ = draws.identification
         stored = draws.loadings.shape[0] * draws.loadings.shape[1] * n
         X = prepared.X * prepared.scale
+        total = None
+        if is_chunked(X):  # the per-draw totals from the statistics, not a pass over the rows
+            from bayespca.chunked import draws_log_likelihood
+
+            total = draws_log_likelihood(draws, prepared)
         self.posterior_ = to_datatree(
-            draws, X, feature_names=prepared.feature_names, log_likelihood=stored <= _MAX_POINTWISE
+            draws, X, feature_names=prepared.feature_names, log_likelihood=stored <= _MAX_POINTWISE,
+            log_lik=total,
         )
         diagnose(draws, self.posterior_["posterior"]["log_lik"].values)
 
@@ -370,6 +377,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
             post = gaussian.latent_posterior(self.gaussian_, np.nan_to_num(X), ~missing)
         return self._rotate_posterior(post)
 
+    @rowwise(width="out", draws=True)
     def sample_latent(self, X, num_samples=100, random_state=None):
         """Draws of the latent factors ``z_i`` from their posterior, shape (num_samples, n, k).
 
@@ -401,6 +409,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         r = self._rotation()
         return z if r is None else z @ np.linalg.inv(r).T
 
+    @rowwise(width="out")
     def transform(self, X):
         """Posterior mean of the latent factors, ``E[z | x]``, shape (n_samples, n_components).
 
@@ -408,6 +417,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         """
         return self.latent_posterior(X).mean
 
+    @rowwise(width="in", named=False)
     def inverse_transform(self, X):
         """Mean of ``x`` given factor values, ``W z + mu``, shape (n_samples, n_features)."""
         check_is_fitted(self, "gaussian_")
@@ -435,6 +445,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         rng = as_generator(random_state)
         return np.asarray(gaussian.sample(self.gaussian_, rng, int(n_samples)))
 
+    @rowwise(width=None)
     def score_samples(self, X):
         """Marginal log-likelihood ``log N(x_i | mu, W W^T + Psi)`` per row, shape (n_samples,).
 
@@ -463,6 +474,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         check_is_fitted(self, "gaussian_")
         return np.asarray(gaussian.precision(self.gaussian_))
 
+    @rowwise(width="in", pair="return_variance")
     def impute(self, X, return_variance=False):
         """Replace missing entries (NaN) by their conditional mean given the observed ones.
 

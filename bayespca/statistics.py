@@ -37,6 +37,7 @@ __all__ = [
     "missing_patterns",
     "power_of_two_scale",
     "prepare",
+    "scatter_spectrum",
     "sufficient_statistics",
 ]
 
@@ -160,6 +161,34 @@ def missing_patterns(X: Any, max_patterns: int = _MAX_PATTERNS) -> MissingPatter
         columns.append(cols)
         stats.append(SufficientStatistics(rows.shape[0], mean, centred_scatter(rows, mean)))
     return MissingPatterns(tuple(columns), tuple(stats), d)
+
+
+def scatter_spectrum(stats: SufficientStatistics, n_components: int | None = None):
+    """Leading singular triplets of the centred data from its scatter matrix alone.
+
+    The right singular vectors and squared singular values of ``Xc`` are the
+    eigenvectors and eigenvalues of ``Xc^T Xc``: what a backend that keeps
+    the rows elsewhere (:mod:`bayespca.chunked`) can give the solvers.
+
+    Returns
+    -------
+    bayespca.linalg.SVD
+        ``scores`` None; signs by :func:`bayespca.linalg.flip_signs`.
+
+    Examples
+    --------
+    >>> X = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]])
+    >>> scatter_spectrum(sufficient_statistics(X), 1).singular_values.round(6)
+    array([2.])
+    """
+    from bayespca.linalg import SVD, eigh_top, flip_signs
+
+    scatter = np.array(stats.scatter, dtype=float)
+    r = min(int(stats.n), scatter.shape[0]) if n_components is None else n_components
+    total_ss = float(np.trace(scatter))
+    evals, evecs = eigh_top(scatter, r)
+    components, _ = flip_signs(evecs[:, :r].T)
+    return SVD(np.sqrt(evals[:r]), components, None, total_ss)
 
 
 def power_of_two_scale(X: np.ndarray, observed: np.ndarray | None = None) -> float:
@@ -351,6 +380,12 @@ def prepare(X: Any, *, estimator: Any = None, allow_nan: bool = True, min_sample
     >>> bool(0.5 <= np.sqrt(p.variances.mean()) <= 2), p.scale == 2.0 ** round(np.log2(p.scale))
     (True, True)
     """
+    from bayespca.chunked import is_chunked
+
+    if is_chunked(X):
+        from bayespca.chunked import prepare_chunked
+
+        return prepare_chunked(X, estimator=estimator, allow_nan=allow_nan, min_samples=min_samples)
     from bayespca.data import validate_fit
 
     # Without an estimator, messages name the activity ("Fitting needs at least 2 samples").

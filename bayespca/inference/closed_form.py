@@ -43,7 +43,7 @@ from bayespca.gaussian import LowRankGaussian
 from bayespca.inference.contract import Fit, ModelSpec
 from bayespca.inference.threads import serial_blas
 from bayespca.linalg import choose_solver, svd_covariance, svd_full, svd_gram
-from bayespca.statistics import Prepared
+from bayespca.statistics import Prepared, scatter_spectrum
 
 __all__ = ["SpectrumFit", "check_n_components", "noise_floor", "ppca_closed_form", "ppca_from_spectrum"]
 
@@ -195,9 +195,11 @@ def ppca_closed_form(prepared: Prepared, spec: ModelSpec, *, floor: float = 1e-1
     k = check_n_components(spec.n_components, d, "n_features")
     rank_max = min(n, d)
     r = min(k, rank_max)
-    solver = choose_solver(n, d, None)
+    solver = choose_solver(n, d, None) if isinstance(X, np.ndarray) else "statistics"
     with serial_blas(n * d * min(n, d)):
-        if solver == "full":
+        if solver == "statistics":  # rows held by a backend (bayespca.chunked): the reduced scatter
+            svd = scatter_spectrum(prepared.stats, r)
+        elif solver == "full":
             svd = svd_full(X, mean)
         elif solver == "gram":
             svd = svd_gram(X, mean, r)

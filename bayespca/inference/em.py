@@ -83,6 +83,7 @@ import numpy as np
 import scipy.linalg
 from sklearn.exceptions import ConvergenceWarning
 
+from bayespca.chunked import in_memory
 from bayespca.gaussian import (
     LowRankGaussian,
     canonical_loadings,
@@ -113,7 +114,7 @@ _START_FLOOR = 5e-3  # uniquenesses of the start, relative to each variance, at 
 class _Problem(NamedTuple):
     """Centred working-unit data and what each EM map needs."""
 
-    x0: np.ndarray  # (n, d) centred on the observed means, 0 at missing entries
+    x0: np.ndarray | None  # (n, d) centred on the observed means, 0 at missing entries (None: scatter form)
     observed: np.ndarray | None  # (n, d) bool, None for complete data
     source: np.ndarray  # complete data: S (d, d) or x0 (data form)
     var: np.ndarray  # (d,) observed-entry variances
@@ -135,7 +136,7 @@ def _complete_map(params, prob: _Problem):
     """One EM update from complete data; returns (new params, log-likelihood at params)."""
     w, psi, mu = params
     g = LowRankGaussian(w, psi, mu)
-    n = prob.x0.shape[0]
+    n = prob.n_obs[0]  # complete data: every feature observed in every row
     if prob.data_form:
         ll = float(np.sum(log_prob(g, prob.x0)))
     else:
@@ -347,17 +348,20 @@ def _problem(prepared: Prepared, isotropic: bool, rel_floor: float, form: str) -
     # Centre on the observed means: the fit is translation-equivariant, and
     # centred numbers keep psi_j = (sum x^2 - w~^T b) / n_j accurate.
     centre = prepared.mean
-    x0 = X - centre if observed is None else np.where(observed, X - centre, 0.0)
-    sum_sq = np.einsum("ij,ij->j", x0, x0)
-    var = sum_sq / n_obs
+    data_form = observed is None and (form == "data" or (form == "auto" and d > n))
+    if observed is None and not data_form:  # the reduced statistics suffice (and stay on a backend's side)
+        x0, var = None, prepared.variances
+        sum_sq = var * n_obs
+        source = prepared.stats.scatter / n
+    else:  # the rows themselves (a backend's rows are brought here: bayespca.chunked.in_memory)
+        X = in_memory(X, "EM with missing values or with more features than rows")
+        x0 = X - centre if observed is None else np.where(observed, X - centre, 0.0)
+        sum_sq = np.einsum("ij,ij->j", x0, x0)
+        var = sum_sq / n_obs
+        source = x0
     floor = noise_floor(var, rel_floor)
     if isotropic:
         floor = np.full(d, float(noise_floor(np.array([var.mean()]), rel_floor)[0]))
-    data_form = observed is None and (form == "data" or (form == "auto" and d > n))
-    if observed is None and not data_form:
-        source = x0.T @ x0 / n
-    else:
-        source = x0
     prob = _Problem(x0, observed, source, var, sum_sq, n_obs, floor, isotropic, data_form)
     return prob, centre
 

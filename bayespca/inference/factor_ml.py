@@ -72,7 +72,7 @@ import scipy.linalg
 import scipy.linalg.lapack
 from sklearn.exceptions import ConvergenceWarning
 
-from bayespca.gaussian import LowRankGaussian, canonical_loadings, log_prob
+from bayespca.gaussian import LowRankGaussian, canonical_loadings, log_likelihood_from_stats, log_prob
 from bayespca.inference.closed_form import check_n_components, noise_floor
 from bayespca.inference.contract import Fit, ModelSpec
 from bayespca.inference.threads import serial_blas
@@ -652,7 +652,10 @@ def fit_factor_analysis(
     g = canonical_loadings(LowRankGaussian(res.loadings, res.noise, stats.mean))
     # From the rows (O(n d k)), the way score_samples computes it: the statistics
     # form loses ~eps * cond(C) when two features are at the floor together.
-    ll = float(np.sum(log_prob(g, prepared.X)))
+    if isinstance(prepared.X, np.ndarray):
+        ll = float(np.sum(log_prob(g, prepared.X)))
+    else:  # rows held by a backend (bayespca.chunked): the statistics form
+        ll = float(log_likelihood_from_stats(g, n, stats.mean, stats.scatter))
     # The objective f is -2 / n times the log-likelihood per row, less d log(2 pi).
     trace = -0.5 * n * (d * _LOG_2PI + res.objective)
     to_data = -prepared.total_observed * np.log(prepared.scale)

@@ -1,0 +1,198 @@
+"""Dask input (bayespca.chunked) against the in-memory NumPy path, on a distributed LocalCluster.
+
+Reference: the NumPy result of the same estimator on the same rows. Data on
+a dyadic grid (small integers, n a power of two) make every sum exact, so
+any chunking gives the very bits of the NumPy statistics; there even NUTS,
+whose trajectories amplify rounding differences, must give the same draws.
+"""
+
+import warnings
+
+import arviz_stats as azs
+import numpy as np
+import pandas as pd
+import pytest
+
+da = pytest.importorskip("dask.array")
+dd = pytest.importorskip("dask.dataframe")
+distributed = pytest.importorskip("distributed")
+
+from bayespca import PCA, PPCA, FactorAnalysis  # noqa: E402
+from bayespca.statistics import prepare  # noqa: E402
+
+# Row chunks (uneven last chunk) and column chunks (split along both axes).
+CHUNKINGS = [(100, -1), (257, (2, 3)), (64, 1)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def client():
+    cluster = distributed.LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
+    )
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
+def _factor_data(n=1000, d=5, k=2, seed=0, integer=False):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, k)) @ rng.normal(size=(k, d)) * 2
+    X += rng.normal(size=(n, d)) * np.sqrt(np.linspace(0.2, 0.7, d)) + 10
+    return np.round(4 * X) if integer else X
+
+
+def _close(a, b, tol=1e-10):
+    a, b = np.asarray(a), np.asarray(b)
+    np.testing.assert_allclose(a, b, rtol=tol, atol=tol * np.abs(b).max())
+
+
+@pytest.mark.parametrize("chunks", CHUNKINGS)
+def test_statistics_equal_numpy(chunks):
+    X = _factor_data(n=1003)
+    p, q = prepare(da.from_array(X, chunks=chunks)), prepare(X)
+    assert p.scale == q.scale and p.n == q.n
+    _close(p.stats.scatter, q.stats.scatter, 1e-13)
+    _close(p.mean, q.mean, 1e-14)
+    _close(p.variances, q.variances, 1e-13)
+
+
+def test_statistics_bitwise_on_exact_data():
+    X = _factor_data(n=2048, integer=True)
+    p, q = prepare(da.from_array(X, chunks=(300, (2, 3)))), prepare(X)
+    assert np.array_equal(p.stats.scatter, q.stats.scatter)
+    assert np.array_equal(p.mean, q.mean) and np.array_equal(p.variances, q.variances)
+
+
+@pytest.mark.parametrize("fraction", [0.03, 0.15])  # few patterns (grouped), many (> 64: the rows)
+def test_missing_patterns_equal_numpy(fraction):
+    X = _factor_data(n=900, d=7)
+    X[np.random.default_rng(1).random(X.shape) < fraction] = np.nan
+    p, q = prepare(da.from_array(X, chunks=(128, (3, 4)))), prepare(X)
+    _close(p.mean, q.mean, 1e-14)
+    _close(p.variances, q.variances, 1e-13)
+    assert np.array_equal(p.n_observed, q.n_observed)
+    pp, qp = p.patterns, q.patterns
+    assert len(pp.columns) == len(qp.columns)
+    for cp, cq, sp, sq in zip(pp.columns, qp.columns, pp.stats, qp.stats, strict=True):
+        assert np.array_equal(cp, cq) and sp.n == sq.n
+        _close(sp.mean, sq.mean, 1e-13)
+        _close(sp.scatter, sq.scatter, 1e-12)
+    if qp.X is not None:  # above 64 patterns both keep the rows
+        _close(pp.X.compute(), qp.X)
+        assert np.array_equal(pp.observed.compute(), qp.observed)
+
+
+def test_dataframe_keeps_names_and_refuses_bad_input():
+    X = _factor_data(n=300)
+    frame = pd.DataFrame(X, columns=list("abcde"))
+    model = PPCA(2).fit(dd.from_pandas(frame, npartitions=3))
+    assert list(model.feature_names_in_) == list("abcde")
+    _close(model.components_, PPCA(2).fit(frame).components_)
+    bad = X.copy()
+    bad[5, 1] = np.inf
+    with pytest.raises(ValueError, match="infinity"):
+        PPCA(2).fit(da.from_array(bad, chunks=100))
+    bad[5, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        PCA(2).fit(da.from_array(bad, chunks=100))
+
+
+@pytest.mark.parametrize("chunks", CHUNKINGS)
+@pytest.mark.parametrize(
+    "make", [lambda: PPCA(2), lambda: PPCA(2, method="em"), lambda: FactorAnalysis(2)],
+    ids=["ppca-closed-form", "ppca-em", "fa-em"],
+)
+def test_maximum_likelihood_equals_numpy(make, chunks):
+    X = _factor_data(n=1003)
+    a, b = make().fit(X), make().fit(da.from_array(X, chunks=chunks))
+    for got, want in zip(b.gaussian_, a.gaussian_, strict=True):
+        _close(got, want)
+    assert b.log_likelihood_ == pytest.approx(a.log_likelihood_, rel=1e-12)
+
+
+@pytest.mark.parametrize("estimator", [PPCA, FactorAnalysis])
+def test_nuts_same_posterior(estimator):
+    # NUTS reads only the statistics, so both fits sample one posterior; the
+    # chains themselves part after the first rounding difference (NUTS is
+    # chaotic), so the reference is the in-memory posterior mean of each
+    # feature's variance, within 5 Monte Carlo standard errors of the difference.
+    X = _factor_data(n=2048, integer=True)
+    options = dict(method="nuts", num_warmup=200, num_samples=200, num_chains=2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # short chains: sampling warnings are expected
+        fits = [estimator(2, **options).fit(data) for data in (X, da.from_array(X, chunks=(300, (2, 3))))]
+    means, errors = [], []
+    for fit in fits:
+        w, psi = fit.loadings_samples_, fit.noise_variance_samples_
+        psi = psi[..., None] if psi.ndim == 2 else psi
+        total = np.einsum("cmdk,cmdk->cmd", w, w) + psi  # (chains, draws, d)
+        ess = np.array([float(azs.ess(total[..., j])) for j in range(total.shape[-1])])
+        means.append(total.mean((0, 1)))
+        errors.append(total.std((0, 1)) / np.sqrt(ess))
+    bound = 5 * np.hypot(*errors)
+    assert np.all(np.abs(means[0] - means[1]) <= bound), (means, bound)
+
+
+@pytest.mark.parametrize("solver", ["auto", "covariance", "full", "randomized"])
+@pytest.mark.parametrize("standardize", [False, True])
+def test_pca_equals_numpy(solver, standardize):
+    X = _factor_data(n=1003, d=6, k=3)
+    X[:, 3:] = X[:, :3] @ np.array([[1.0, 0.5, 0.0], [0.0, 1.0, 2.0], [1.0, 0.0, 1.0]])  # rank 3
+    a = PCA(3, solver="full", standardize=standardize).fit(X)
+    b = PCA(3, solver=solver, standardize=standardize, random_state=0).fit(da.from_array(X, chunks=(250, 3)))
+    _close(b.components_, a.components_)
+    _close(b.explained_variance_, a.explained_variance_)
+    _close(b.mean_, a.mean_)
+
+
+def test_row_level_methods_are_lazy_and_equal_numpy():
+    X = _factor_data(n=1003)
+    X[np.random.default_rng(2).random(X.shape) < 0.05] = np.nan
+    D = da.from_array(X, chunks=(300, (2, 3)))
+    model = PPCA(2).fit(X)
+    for name in ("transform", "score_samples", "impute"):
+        lazy = getattr(model, name)(D)
+        assert isinstance(lazy, da.Array) and lazy.chunks[0] == D.chunks[0]
+        _close(lazy.compute(), getattr(model, name)(X))
+    filled, var = model.impute(D, return_variance=True)
+    _close(var.compute(), model.impute(X, return_variance=True)[1])
+    assert model.score(D) == pytest.approx(model.score(X), rel=1e-12)
+    Z = model.transform(X)
+    _close(model.inverse_transform(da.from_array(Z, chunks=(300, 2))).compute(), model.inverse_transform(Z))
+    pca = PCA(2).fit(np.nan_to_num(X))
+    Xc = da.from_array(np.nan_to_num(X), chunks=(300, 5))
+    _close(pca.transform(Xc).compute(), pca.transform(np.nan_to_num(X)))
+    _close(pca.score_samples(Xc).compute(), pca.score_samples(np.nan_to_num(X)))
+
+
+def test_subsampled_loo_agrees_with_full_loo():
+    from arviz_stats import loo
+
+    from bayespca.subsampled_loo import loo_subsample
+
+    X = _factor_data(n=2000, d=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = PPCA(2, method="nuts", num_warmup=100, num_samples=100, num_chains=1, random_state=0).fit(X)
+    full = loo(model.posterior_)
+    lazy = loo_subsample(model, da.from_array(X, chunks=(300, 4)), observations=300, seed=0)
+    eager = loo_subsample(model, X, observations=300, seed=0)
+    assert lazy.elpd == pytest.approx(eager.elpd, rel=1e-12)  # Dask reduction = in-memory values
+    assert abs(lazy.elpd - full.elpd) <= lazy.se
+    assert abs(lazy.elpd - full.elpd) <= 2 * lazy.subsampling_se
+
+
+def test_command_line_reads_parquet_and_zarr(tmp_path, capsys):
+    from bayespca.cli import main
+
+    X = _factor_data(n=500)
+    frame = pd.DataFrame(X, columns=[f"x{j}" for j in range(X.shape[1])])
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    frame.to_parquet(tmp_path / "d.parquet")
+    da.from_array(X, chunks=128).to_zarr(str(tmp_path / "d.zarr"))
+    lines = {}
+    for name in ("d.csv", "d.parquet", "d.zarr"):
+        command = ["fit", str(tmp_path / name), "--n-components", "2", "--method", "closed_form"]
+        assert main(command) in (0, None)
+        lines[name] = [line for line in capsys.readouterr().out.splitlines() if "log-likelihood" in line]
+    assert lines["d.parquet"] == lines["d.csv"] == lines["d.zarr"]

@@ -332,8 +332,9 @@ def plot_scree(source, *, criteria=None, ax=None):
     >>> from sklearn.datasets import load_iris
     >>> from bayespca import PCA
     >>> ax = plot_scree(PCA().fit(load_iris().data))
-    >>> [line.get_label() for line in ax.lines]
-    ['variance, elbow, gaic, gavish-donoho, profile-likelihood: k = 1', 'rank: k = 2', 'aic, bic, mle: k = 3']
+    >>> [line.get_label() for line in ax.lines]  # doctest: +NORMALIZE_WHITESPACE
+    ['variance, elbow, gaic, gavish-donoho, profile-likelihood, parallel: k = 1', 'rank: k = 2',
+     'aic, bic, mle: k = 3']
     """
     from bayespca.selection import METHODS, Selection, select_from_singular_values
 

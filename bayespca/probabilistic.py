@@ -463,7 +463,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         check_is_fitted(self, "gaussian_")
         return np.asarray(gaussian.precision(self.gaussian_))
 
-    def impute(self, X, return_variance=False):
+    def impute(self, X, return_variance=False, *, n_imputations=None, random_state=None):
         """Replace missing entries (NaN) by their conditional mean given the observed ones.
 
         Parameters
@@ -471,14 +471,36 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         X : array-like of shape (n_samples, n_features)
         return_variance : bool, default=False
             Also return the conditional variance of each entry (0 where observed).
+        n_imputations : int, optional
+            Multiple imputation (needs ``method="nuts"``): return that many
+            completed data sets drawn from the posterior predictive of the
+            missing entries, one posterior draw of the parameters each, with
+            the predictive moments and intervals of every missing entry
+            (:func:`bayespca.imputation.multiple_imputation`).
+        random_state : None, int, Generator or RandomState
+            Seeds the multiple imputations.
 
         Returns
         -------
         X_imputed : ndarray of shape (n_samples, n_features)
         variance : ndarray of shape (n_samples, n_features)
             Only when ``return_variance`` is True.
+        imputations : bayespca.imputation.Imputations
+            Instead, with ``n_imputations``: ``.datasets`` (n_imputations,
+            n_samples, n_features), ``.mean``, ``.within_variance``,
+            ``.between_variance`` and ``.interval(prob)``.
         """
         check_is_fitted(self, "gaussian_")
+        if n_imputations is not None:
+            self._check_nuts("impute(n_imputations=...)")
+            check_bool(return_variance, "return_variance")
+            if return_variance:
+                raise ValueError("return_variance must be False with n_imputations: the Imputations it "
+                                 "returns carry the variances (within_variance, between_variance).")
+            from bayespca.imputation import multiple_imputation
+
+            X, missing = validate_transform(self, X, allow_nan=True)
+            return multiple_imputation(self._draws(), X, missing, n_imputations, random_state)
         X, missing = validate_transform(self, X, allow_nan=True)
         if missing is None:
             filled, var = X.copy(), np.zeros_like(X)

@@ -57,6 +57,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClusterMixin, DensityMixin
+from threadpoolctl import threadpool_limits
 
 from bayespca import gaussian
 from bayespca.data import check_is_fitted, validate_transform
@@ -214,10 +215,12 @@ def fit_mixture_em(
         starts = [_m_step(X, _kmeans_plus_plus_responsibilities(X, n_mixtures, rng), k, bound, None)
                   for _ in range(n_init)]
     best = None
-    for weights, g in starts:
-        run = _run_em(X, weights, g, k, bound, tol, max_iter)
-        if best is None or run[2][-1] > best[2][-1]:
-            best = run
+    # Small d x d products and eigenproblems: see fit_robust_em on threads.
+    with threadpool_limits(limits=1, user_api="blas"):
+        for weights, g in starts:
+            run = _run_em(X, weights, g, k, bound, tol, max_iter)
+            if best is None or run[2][-1] > best[2][-1]:
+                best = run
     weights, g, trace, converged = best
     if not converged:
         warnings.warn(f"Mixture EM did not converge in {max_iter} cycles (tol={tol:g}).", UserWarning,

@@ -151,7 +151,7 @@ def fit_mixture_em(
     n_init: int = 5,
     tol: float = 1e-10,
     max_iter: int = 1000,
-    floor: float = 1e-8,
+    floor: float = 1e-6,
     random_state: Any = None,
     init: tuple | None = None,
 ) -> Fit:
@@ -171,7 +171,7 @@ def fit_mixture_em(
         Stop when a cycle raises the log-likelihood by at most ``tol * |ll|``.
     max_iter : int, default=1000
         Cycles per start.
-    floor : float, default=1e-8
+    floor : float, default=1e-6
         Lower bound on each ``sigma_c^2`` relative to the mean feature
         variance: a cluster collapsing on ``k + 1`` rows would otherwise make
         the likelihood infinite.
@@ -373,7 +373,7 @@ class MixturePPCA(ClusterMixin, DensityMixin, BaseEstimator):
         EM's relative log-likelihood gain at which to stop.
     max_iter : int, default=1000
         EM cycles per start.
-    noise_floor : float, default=1e-8
+    noise_floor : float, default=1e-6
         Lower bound on each ``sigma_c^2`` relative to the mean feature variance.
     prior : None, "flat" or a bayespca.priors prior, default=None
         NUTS: the priors of every cluster's pPCA (as :class:`bayespca.PPCA`);
@@ -437,7 +437,7 @@ class MixturePPCA(ClusterMixin, DensityMixin, BaseEstimator):
         n_init=5,
         tol=1e-10,
         max_iter=1000,
-        noise_floor=1e-8,
+        noise_floor=1e-6,
         prior=None,
         identification=None,
         num_warmup=500,

@@ -548,7 +548,8 @@ _NU_PRIOR = (2.0, 0.1)
 class _LowRankStudentT(dist.Distribution):
     """``t_nu(mu, W W^T + diag(psi))`` per row, optionally restricted to observed entries.
 
-    The log-density is :func:`bayespca.robust.student_t_log_prob`. Draws are
+    The log-density is the t of the base Gaussian's
+    (:func:`bayespca.robust.student_t_from_gaussian`). Draws are
     complete rows ``mu + (W z + eps) / sqrt(u)``, ``u ~ Gamma(nu / 2, nu / 2)``.
     """
 
@@ -569,16 +570,15 @@ class _LowRankStudentT(dist.Distribution):
         return self.base.loc + centred / jnp.sqrt(u)[..., None]
 
     def log_prob(self, value):
-        from bayespca.robust import student_t_log_prob
+        from bayespca.robust import student_t_from_gaussian
 
         base = self.base
-        g = LowRankGaussian(base.cov_factor, base.cov_diag, base.loc)
-        shape = jnp.shape(value)
-        rows = jnp.reshape(value, (-1, shape[-1]))
-        observed = None
-        if base.observed is not None:
-            observed = jnp.reshape(jnp.broadcast_to(base.observed, shape), (-1, shape[-1]))
-        return jnp.reshape(student_t_log_prob(g, self.df, rows, observed), shape[:-1])
+        if base.observed is None:  # one log|C| for every row
+            at_mean, n_observed = base.log_prob(base.loc), jnp.shape(value)[-1]
+        else:
+            at_mean = base.log_prob(jnp.broadcast_to(base.loc, jnp.shape(value)))
+            n_observed = jnp.sum(jnp.broadcast_to(base.observed, jnp.shape(value)), axis=-1)
+        return student_t_from_gaussian(base.log_prob(value), at_mean, n_observed, self.df)
 
 
 def _low_rank_likelihood(fn) -> tuple[_LowRankNormal, tuple]:

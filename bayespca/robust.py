@@ -77,6 +77,7 @@ __all__ = [
     "fit_robust_em",
     "fit_robust_nuts",
     "fit_robust_svi",
+    "student_t_from_gaussian",
     "student_t_log_prob",
 ]
 
@@ -132,6 +133,28 @@ def _t_from_distance(delta, base, p, df, xp=jnp, special=jax.scipy.special):
     ratio = _log_gamma_ratio(df / 2.0, half_p, xp, special)
     value = ratio + half_p * (_LOG_2 - xp.log(df)) + base - (df / 2.0 + half_p) * xp.log1p(delta / df)
     return xp.where(p > 0, value, 0.0)
+
+
+def student_t_from_gaussian(log_density: Any, log_density_at_mean: Any, n_observed: Any,
+                            df: Any) -> jax.Array:
+    """``log t_nu(x | mu, C)`` from the Gaussian ``log N(x | mu, C)`` and ``log N(mu | mu, C)``.
+
+    The two Gaussian values give the Mahalanobis distance
+    ``delta = -2 (log N(x) - log N(mu))`` and ``log|C|``, all the t needs
+    besides ``nu`` and the number ``p`` of (observed) entries. Traceable:
+    the NumPyro models take the t of any Gaussian likelihood this way.
+
+    Examples
+    --------
+    >>> from scipy.stats import multivariate_normal, multivariate_t
+    >>> gauss = multivariate_normal(np.zeros(2), np.eye(2))
+    >>> x = np.array([1.0, 3.0])
+    >>> value = student_t_from_gaussian(gauss.logpdf(x), gauss.logpdf(np.zeros(2)), 2, 5.0)
+    >>> bool(np.isclose(value, multivariate_t(np.zeros(2), np.eye(2), df=5.0).logpdf(x)))
+    True
+    """
+    delta = -2.0 * (log_density - log_density_at_mean)
+    return _t_from_distance(delta, log_density_at_mean, n_observed, df)
 
 
 def _is_infinite(df) -> bool:

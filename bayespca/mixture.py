@@ -537,29 +537,13 @@ class MixturePPCA(ClusterMixin, DensityMixin, BaseEstimator):
         return self
 
     def _store_posterior(self, draws: Draws, prepared: Prepared) -> None:
-        from arviz_base import from_dict
-
-        from bayespca.posterior import diagnose, posterior_variables
+        from bayespca.inference.model_nuts import posterior_tree
 
         X = prepared.X * prepared.scale
-        pointwise = pointwise_log_likelihood(draws, X)
-        variables = posterior_variables(draws)
-        variables["weights"] = np.asarray(draws.extra["weights"])
-        variables["log_lik"] = pointwise.sum(-1)
-        n, d = X.shape
-        K, k = draws.loadings.shape[2], draws.loadings.shape[-1]
-        feature = list(prepared.feature_names) if prepared.feature_names is not None else list(range(d))
-        coords = {"cluster": list(range(K)), "feature": feature, "component": list(range(k)),
-                  "obs": list(range(n))}
-        dims = {"W": ["cluster", "feature", "component"], "mu": ["cluster", "feature"],
-                "sigma2": ["cluster"], "eigenvalues": ["cluster", "component"], "weights": ["cluster"],
-                "X": ["obs", "feature"]}
-        self.posterior_ = from_dict(
-            {"posterior": variables, "sample_stats": dict(draws.sample_stats),
-             "log_likelihood": {"X": pointwise}, "observed_data": {"X": X}},
-            coords=coords, dims=dims,
+        self.posterior_ = posterior_tree(
+            draws, X, pointwise_log_likelihood(draws, X), feature_names=prepared.feature_names,
+            extra={"weights": np.asarray(draws.extra["weights"])}, clusters=len(self.weights_),
         )
-        diagnose(draws, variables["log_lik"])
 
     # -------------------------------------------------------------- inference
     def _joint(self, X) -> np.ndarray:

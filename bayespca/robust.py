@@ -702,28 +702,14 @@ class RobustPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         return self
 
     def _store_posterior(self, draws: Draws, prepared: Prepared, nu: float | None) -> None:
-        from arviz_base import from_dict
-
-        from bayespca.posterior import diagnose, posterior_variables
+        from bayespca.inference.model_nuts import posterior_tree
 
         X = prepared.X * prepared.scale
-        pointwise = pointwise_log_likelihood(draws, nu, X)
-        variables = posterior_variables(draws)
+        extra = {}
         if "nu" in draws.extra:
-            self.nu_samples_ = np.asarray(draws.extra["nu"])
-            variables["nu"] = self.nu_samples_
-        variables["log_lik"] = pointwise.sum(-1)
-        n, d = X.shape
-        feature = list(prepared.feature_names) if prepared.feature_names is not None else list(range(d))
-        coords = {"feature": feature, "component": list(range(self.n_components_)), "obs": list(range(n))}
-        dims = {"W": ["feature", "component"], "mu": ["feature"], "eigenvalues": ["component"],
-                "X": ["obs", "feature"]}
-        self.posterior_ = from_dict(
-            {"posterior": variables, "sample_stats": dict(draws.sample_stats),
-             "log_likelihood": {"X": pointwise}, "observed_data": {"X": X}},
-            coords=coords, dims=dims,
-        )
-        diagnose(draws, variables["log_lik"])
+            self.nu_samples_ = extra["nu"] = np.asarray(draws.extra["nu"])
+        self.posterior_ = posterior_tree(draws, X, pointwise_log_likelihood(draws, nu, X),
+                                         feature_names=prepared.feature_names, extra=extra)
 
     # ------------------------------------------------------------- inference
     def _rows(self, X):

@@ -1,4 +1,4 @@
-"""NUTS on a model function of :mod:`bayespca.models`, started at its maximum-likelihood point.
+"""NUTS on a row-level model of :mod:`bayespca.models`, started at its ML point, and its DataTree.
 
 The runner of :mod:`bayespca.inference.nuts` is specialised to the Gaussian
 models and their sufficient statistics. The models whose likelihood needs
@@ -18,7 +18,9 @@ here by NumPyro's own ``MCMC(NUTS(model))``, with two of its ideas:
    posterior is unchanged.
 
 The same model under ``MCMC(NUTS(model))`` with NumPyro's defaults samples
-the same posterior, only more slowly.
+the same posterior, only more slowly. :func:`posterior_tree` turns the draws
+of such a model, with its own pointwise log-likelihood, into the ArviZ
+DataTree that :func:`bayespca.compare` reads.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
 from bayespca.params import as_key, check_number
 
-__all__ = ["align_signs", "laplace_inverse_mass", "sample_model"]
+__all__ = ["align_signs", "laplace_inverse_mass", "posterior_tree", "sample_model"]
 
 _EXTRA_FIELDS = ("diverging", "num_steps", "potential_energy", "accept_prob", "energy",
                  "adapt_state.step_size")
@@ -148,3 +150,55 @@ def align_signs(w: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """
     signs = np.where(np.einsum("...dk,dk->...k", w, reference) < 0, -1.0, 1.0)
     return w * signs[..., None, :]
+
+
+def posterior_tree(draws: Any, X: np.ndarray, pointwise: np.ndarray, *, feature_names: Any = None,
+                   extra: dict | None = None, clusters: int | None = None):
+    """The posterior of a row-level model as an ArviZ DataTree, and its sampling diagnostics.
+
+    Groups: ``posterior`` (:func:`bayespca.posterior.posterior_variables`
+    of ``draws``, the ``extra`` variables and ``log_lik``, the total
+    log-likelihood per draw), ``sample_stats``, ``log_likelihood`` (``X``:
+    ``pointwise``, dims (chain, draw, obs)) and ``observed_data``.
+    :func:`bayespca.posterior.diagnose` warns as for the Gaussian models.
+
+    Parameters
+    ----------
+    draws : bayespca.inference.contract.Draws
+        With a cluster axis after (chain, draw) when ``clusters`` is given.
+    X : ndarray of shape (n, d)
+        The data, in data units.
+    pointwise : ndarray of shape (chain, draw, n)
+        The model's log-likelihood of each row.
+    feature_names : sequence of str, optional
+    extra : dict of ndarray, optional
+        Further posterior variables (chain, draw) or (chain, draw, cluster).
+    clusters : int, optional
+        Number of clusters of a mixture (dim ``cluster`` on every
+        parameter).
+
+    Returns
+    -------
+    xarray.DataTree
+    """
+    from arviz_base import from_dict
+
+    from bayespca.posterior import diagnose, posterior_variables
+
+    variables = {**posterior_variables(draws), **(extra or {}), "log_lik": pointwise.sum(-1)}
+    n, d = X.shape
+    feature = list(feature_names) if feature_names is not None else list(range(d))
+    coords = {"feature": feature, "component": list(range(draws.loadings.shape[-1])), "obs": list(range(n))}
+    dims = {"W": ["feature", "component"], "mu": ["feature"], "eigenvalues": ["component"]}
+    if clusters is not None:
+        coords["cluster"] = list(range(clusters))
+        dims = {name: ["cluster", *names] for name, names in dims.items()}
+        dims.update({"sigma2": ["cluster"], "weights": ["cluster"]})
+    dims["X"] = ["obs", "feature"]
+    tree = from_dict(
+        {"posterior": variables, "sample_stats": dict(draws.sample_stats),
+         "log_likelihood": {"X": pointwise}, "observed_data": {"X": X}},
+        coords=coords, dims=dims,
+    )
+    diagnose(draws, variables["log_lik"])
+    return tree

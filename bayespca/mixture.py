@@ -477,13 +477,9 @@ class MixturePPCA(ClusterMixin, DensityMixin, BaseEstimator):
         }
         check_choice(self.identification, "identification", IDENTIFICATIONS, allow_none=True)
         check_seed(self.random_state)
-        if self.prior is not None:
-            from bayespca.priors import as_priors
+        from bayespca.inference.model_nuts import check_prior
 
-            as_priors(self.prior)
-            if method == "em":
-                raise ValueError(f"prior={self.prior!r} needs method='nuts'; method='em' maximises the "
-                                 "likelihood, which has no prior.")
+        check_prior(self.prior, method, "MixturePPCA", "'nuts'")
         options = {"n_mixtures": K, "random_state": self.random_state}
         if method == "em":
             options.update(em)

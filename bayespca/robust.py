@@ -635,13 +635,9 @@ class RobustPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             self.nu) else math.inf
         check_choice(self.identification, "identification", IDENTIFICATIONS, allow_none=True)
         check_seed(self.random_state)
-        if self.prior is not None:
-            from bayespca.priors import as_priors
+        from bayespca.inference.model_nuts import check_prior
 
-            as_priors(self.prior)
-            if method == "em":
-                raise ValueError(f"prior={self.prior!r} needs method='svi' or 'nuts'; method='em' "
-                                 "maximises the likelihood, which has no prior.")
+        check_prior(self.prior, method, "RobustPPCA", "'svi' or 'nuts'")
         tol = check_number(self.tol, "tol", low=0, allow_none=True)
         max_iter = check_number(self.max_iter, "max_iter", integer=True, low=1, allow_none=True)
         options: dict = {"nu": nu}

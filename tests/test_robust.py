@@ -171,4 +171,6 @@ def test_named_errors_before_any_work():
         RobustPPCA(1).fit(X)
     with pytest.raises(ValueError, match="prior='flat' needs method='svi' or 'nuts'"):
         RobustPPCA(1, prior="flat").fit(np.nan_to_num(X))
+    with pytest.raises(ValueError, match="prior='horseshoe' is not available for RobustPPCA"):
+        RobustPPCA(1, method="nuts", prior="horseshoe").fit(X)
     assert math.isinf(RobustPPCA(1, nu=np.inf).fit(np.nan_to_num(X)).nu_)

@@ -35,10 +35,35 @@ from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
 from bayespca.params import as_key, check_number
 
-__all__ = ["align_signs", "laplace_inverse_mass", "posterior_tree", "sample_model"]
+__all__ = ["align_signs", "check_prior", "laplace_inverse_mass", "posterior_tree", "sample_model"]
 
 _EXTRA_FIELDS = ("diverging", "num_steps", "potential_energy", "accept_prob", "energy",
                  "adapt_state.step_size")
+
+
+def check_prior(prior: Any, method: str, estimator: str, bayesian: str) -> None:
+    """A named error for a ``prior`` a row-level model cannot use with ``method``.
+
+    Maximum likelihood (``"em"``) has no prior; the horseshoe samples ``W``
+    in its own coordinates with a reparameterisation that only the Gaussian
+    models' runner (:mod:`bayespca.inference.nuts`) sets up.
+
+    Examples
+    --------
+    >>> check_prior("ard", "nuts", "RobustPPCA", "'svi' or 'nuts'") is None
+    True
+    """
+    if prior is None:
+        return
+    from bayespca.priors import as_priors, is_named
+
+    as_priors(prior)
+    if method == "em":
+        raise ValueError(f"prior={prior!r} needs method={bayesian}; method='em' maximises the likelihood, "
+                         "which has no prior.")
+    if is_named(prior, "horseshoe"):
+        raise ValueError(f"prior='horseshoe' is not available for {estimator}: use None, 'flat', 'ard', a "
+                         "bayespca.priors prior or a distribution of W.")
 
 
 def laplace_inverse_mass(potential: Any, theta: dict) -> np.ndarray:

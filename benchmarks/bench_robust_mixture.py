@@ -9,11 +9,13 @@ Usage::
    ``RobustPPCA`` (ECME, nu estimated) against scikit-learn's ``PCA`` and
    bayespca's ``PPCA`` on the same rows: time and the largest principal
    angle to the true subspace.
-2. Clustering: 3 clusters of 1000 rows, each a 2-plane in 20 features.
+2. Clustering: 3 clusters of 1000 rows, each a 2-plane in 20 features
+   (noise sd 0.5), centres far apart ("separated") or close ("overlapping").
    ``MixturePPCA(3, 2)`` (EM, 1 and 5 k-means++ starts) against
    scikit-learn's ``GaussianMixture(3, covariance_type="full")`` (default:
-   one k-means start, ``tol=1e-3``): time, total log-likelihood, adjusted
-   Rand index.
+   one k-means start, ``tol=1e-3``): time, training log-likelihood,
+   log-likelihood per row of 3000 new rows from the same clusters, adjusted
+   Rand index on the training rows.
 3. NUTS: ``RobustPPCA(method="nuts")`` (500 x 10, k = 2, t rows) and
    ``MixturePPCA(method="nuts")`` (3 x 200 x 6, k = 1), 2 chains: wall time
    (compilation included: these samplers compile per fit), bulk ESS of the
@@ -51,14 +53,17 @@ def contaminated(n=2000, d=20, k=3, share=0.1, seed=0):
     return X, w
 
 
-def clusters(n_per=1000, d=20, k=2, K=3, seed=0):
+def clusters(n_per=1000, d=20, k=2, K=3, seed=0, spread=4.0, test_per=0):
+    """Training rows and labels (and ``test_per`` new rows per cluster, when asked)."""
     rng = np.random.default_rng(seed)
-    blocks, labels = [], []
+    blocks, labels, tests = [], [], []
     for c in range(K):
-        w = 2.0 * rng.normal(size=(d, k))
-        blocks.append(rng.normal(size=(n_per, k)) @ w.T + 0.5 * rng.normal(size=(n_per, d))
-                      + 4.0 * rng.normal(size=d))
+        w, centre = 2.0 * rng.normal(size=(d, k)), spread * rng.normal(size=d)
+        for size, out in ((n_per, blocks), (test_per, tests)):
+            out.append(rng.normal(size=(size, k)) @ w.T + 0.5 * rng.normal(size=(size, d)) + centre)
         labels += [c] * n_per
+    if test_per:
+        return np.vstack(blocks), np.array(labels), np.vstack(tests)
     return np.vstack(blocks), np.array(labels)
 
 
@@ -104,27 +109,30 @@ def robustness(repeats):
 
 
 def clustering(repeats):
-    X, labels = clusters()
-    fits = {
-        "MixturePPCA(3, 2), 1 start": lambda: MixturePPCA(3, 2, n_init=1, random_state=0).fit(X),
-        "MixturePPCA(3, 2), 5 starts": lambda: MixturePPCA(3, 2, random_state=0).fit(X),
-        "sklearn GaussianMixture": lambda: GaussianMixture(3, covariance_type="full", random_state=0).fit(X),
-    }
     print("\n2. Clustering: 3 x 1000 x 20, k = 2 per cluster")
-    print(f"{'threads':<8} {'method':<28} {'cold s':>8} {'warm s':>8} {'ratio':>7} {'log-lik':>12} "
-          f"{'ARI':>6} {'params':>7}")
-    for threads in (None, 1):
-        with threadpool_limits(limits=threads):
-            cold, warm, res = medians(fits, repeats)
-        base = warm["sklearn GaussianMixture"]
-        for name, model in res.items():
-            if isinstance(model, GaussianMixture):
-                ll, params = model.score(X) * X.shape[0], model._n_parameters()
-            else:
-                ll, params = model.log_likelihood_, model.n_parameters_
-            label = "default" if threads is None else "1"
-            print(f"{label:<8} {name:<28} {cold[name]:8.3f} {warm[name]:8.3f} {warm[name] / base:7.2f} "
-                  f"{ll:12.1f} {adjusted_rand_score(labels, model.predict(X)):6.3f} {params:7d}")
+    print(f"{'data':<12} {'threads':<8} {'method':<28} {'cold s':>7} {'warm s':>7} {'ratio':>6} "
+          f"{'log-lik':>10} {'new rows':>8} {'ARI':>6} {'params':>6}")
+    for data, spread in (("separated", 4.0), ("overlapping", 0.6)):
+        X, labels, X_new = clusters(spread=spread, test_per=1000)
+        fits = {
+            "MixturePPCA(3, 2), 1 start": lambda X=X: MixturePPCA(3, 2, n_init=1, random_state=0).fit(X),
+            "MixturePPCA(3, 2), 5 starts": lambda X=X: MixturePPCA(3, 2, random_state=0).fit(X),
+            "sklearn GaussianMixture": lambda X=X: GaussianMixture(3, covariance_type="full",
+                                                                   random_state=0).fit(X),
+        }
+        for threads in (None, 1):
+            with threadpool_limits(limits=threads):
+                cold, warm, res = medians(fits, repeats)
+            base = warm["sklearn GaussianMixture"]
+            for name, model in res.items():
+                if isinstance(model, GaussianMixture):
+                    ll, params = model.score(X) * X.shape[0], model._n_parameters()
+                else:
+                    ll, params = model.log_likelihood_, model.n_parameters_
+                label = "default" if threads is None else "1"
+                print(f"{data:<12} {label:<8} {name:<28} {cold[name]:7.3f} {warm[name]:7.3f} "
+                      f"{warm[name] / base:6.2f} {ll:10.1f} {model.score(X_new):8.3f} "
+                      f"{adjusted_rand_score(labels, model.predict(X)):6.3f} {params:6d}")
 
 
 def ess_report(name, seconds, quantities):

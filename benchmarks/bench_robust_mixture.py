@@ -9,8 +9,9 @@ Usage::
    ``RobustPPCA`` (ECME, nu estimated) against scikit-learn's ``PCA`` and
    bayespca's ``PPCA`` on the same rows: time and the largest principal
    angle to the true subspace.
-2. Clustering: 3 clusters of 1000 rows, each a 2-plane in 20 features
-   (noise sd 0.5), centres far apart ("separated") or close ("overlapping").
+2. Clustering: 3 clusters of 1000 rows, each a 2-plane in 20 features:
+   noise sd 0.5 and centres far apart ("separated"), or noise sd 2.5 and
+   centres close ("overlapping").
    ``MixturePPCA(3, 2)`` (EM, 1 and 5 k-means++ starts) against
    scikit-learn's ``GaussianMixture(3, covariance_type="full")`` (default:
    one k-means start, ``tol=1e-3``): time, training log-likelihood,
@@ -53,14 +54,14 @@ def contaminated(n=2000, d=20, k=3, share=0.1, seed=0):
     return X, w
 
 
-def clusters(n_per=1000, d=20, k=2, K=3, seed=0, spread=4.0, test_per=0):
+def clusters(n_per=1000, d=20, k=2, K=3, seed=0, spread=4.0, noise=0.5, test_per=0):
     """Training rows and labels (and ``test_per`` new rows per cluster, when asked)."""
     rng = np.random.default_rng(seed)
     blocks, labels, tests = [], [], []
     for c in range(K):
         w, centre = 2.0 * rng.normal(size=(d, k)), spread * rng.normal(size=d)
         for size, out in ((n_per, blocks), (test_per, tests)):
-            out.append(rng.normal(size=(size, k)) @ w.T + 0.5 * rng.normal(size=(size, d)) + centre)
+            out.append(rng.normal(size=(size, k)) @ w.T + noise * rng.normal(size=(size, d)) + centre)
         labels += [c] * n_per
     if test_per:
         return np.vstack(blocks), np.array(labels), np.vstack(tests)
@@ -112,8 +113,8 @@ def clustering(repeats):
     print("\n2. Clustering: 3 x 1000 x 20, k = 2 per cluster")
     print(f"{'data':<12} {'threads':<8} {'method':<28} {'cold s':>7} {'warm s':>7} {'ratio':>6} "
           f"{'log-lik':>10} {'new rows':>8} {'ARI':>6} {'params':>6}")
-    for data, spread in (("separated", 4.0), ("overlapping", 0.6)):
-        X, labels, X_new = clusters(spread=spread, test_per=1000)
+    for data, spread, noise in (("separated", 4.0, 0.5), ("overlapping", 1.0, 2.5)):
+        X, labels, X_new = clusters(spread=spread, noise=noise, test_per=1000)
         fits = {
             "MixturePPCA(3, 2), 1 start": lambda X=X: MixturePPCA(3, 2, n_init=1, random_state=0).fit(X),
             "MixturePPCA(3, 2), 5 starts": lambda X=X: MixturePPCA(3, 2, random_state=0).fit(X),

@@ -475,8 +475,9 @@ _PARALLEL_SEED = 0
 class ParallelAnalysis(Selection):
     """The outcome of parallel analysis: data eigenvalues against those of random data.
 
-    Attributes (beyond :class:`Selection`, whose ``criterion`` holds the
-    data's eigenvalues)
+    A :class:`Selection` whose ``criterion`` holds the data's eigenvalues, with:
+
+    Attributes
     ----------
     kind : {"pca", "fa"}
         Eigenvalues of the correlation matrix, or of the reduced correlation

@@ -367,7 +367,10 @@ class ComparisonResult:
         larger is better), ``bic`` and ``aic`` (``-2 L + penalty``, smaller
         is better), ``cv_log_likelihood`` and ``cv_se`` (K-fold held-out
         log-likelihood of the ML fit, mean per row and its standard error);
-        and ``gavish_donoho``, True at the Gavish-Donoho rank.
+        ``gavish_donoho``, True at the Gavish-Donoho rank; and
+        ``parallel_analysis``, True at the rank parallel analysis keeps
+        (:func:`bayespca.selection.parallel_analysis`; False everywhere with
+        missing values).
     n_components : int
         The recommended k (see ``rule``).
     rule : str
@@ -591,6 +594,15 @@ def compare_n_components(
     table["cv_log_likelihood"] = cv_mean
     table["cv_se"] = cv_se
     table["gavish_donoho"] = [k == gd_rank for k in ks]
+    # Parallel analysis (Horn; psych::fa.parallel): of the correlation matrix for pPCA, its SMC-reduced
+    # form for FA; it needs the complete data.
+    pa_rank = None
+    if not np.isnan(arr).any():
+        from bayespca.selection import parallel_analysis
+
+        kind = "pca" if model == "ppca" else "fa"
+        pa_rank = parallel_analysis(arr, kind=kind, random_state=int(seeds[-1])).n_components
+    table["parallel_analysis"] = [k == pa_rank for k in ks]
 
     best = int(comparison.index[0])
     gap = -table["elpd_diff"]

@@ -532,3 +532,213 @@ def factor_analysis(
 MODELS = {"isotropic": ppca, "diagonal": factor_analysis}
 ppca.__doc__ = ppca.__doc__.format(parameters=_MODEL_PARAMETERS)
 factor_analysis.__doc__ = factor_analysis.__doc__.format(parameters=_MODEL_PARAMETERS)
+
+
+# ---------------------------------------------------------------------------
+# Robust pPCA and mixtures of pPCA (issue 17). Both are pPCA's model above
+# with its likelihood site "X" replaced (robust) or captured per cluster
+# (mixture) by an effect handler, so the parameterisations, priors, data
+# scales and missing-value masks are those of :func:`ppca`, written once.
+
+# Default prior of the Student-t degrees of freedom (Juarez & Steel 2010):
+# mode 10, mean 20, a heavy right tail that lets the data ask for nu -> inf.
+_NU_PRIOR = (2.0, 0.1)
+
+
+class _LowRankStudentT(dist.Distribution):
+    """``t_nu(mu, W W^T + diag(psi))`` per row, optionally restricted to observed entries.
+
+    The log-density is the t of the base Gaussian's
+    (:func:`bayespca.robust.student_t_from_gaussian`). Draws are
+    complete rows ``mu + (W z + eps) / sqrt(u)``, ``u ~ Gamma(nu / 2, nu / 2)``.
+    """
+
+    arg_constraints = {}
+    support = constraints.real_vector
+    pytree_data_fields = ("base", "df")
+
+    def __init__(self, base: _LowRankNormal, df):
+        self.base = base
+        self.df = df
+        super().__init__(batch_shape=base.batch_shape, event_shape=base.event_shape)
+
+    def sample(self, key, sample_shape=()):
+        key_x, key_u = jax.random.split(key)
+        shape = tuple(sample_shape) + tuple(self.batch_shape)
+        centred = self.base.sample(key_x, sample_shape) - self.base.loc
+        u = jax.random.gamma(key_u, self.df / 2.0, shape) / (self.df / 2.0)
+        return self.base.loc + centred / jnp.sqrt(u)[..., None]
+
+    def log_prob(self, value):
+        from bayespca.robust import student_t_from_gaussian
+
+        base = self.base
+        if base.observed is None:  # one log|C| for every row
+            at_mean, n_observed = base.log_prob(base.loc), jnp.shape(value)[-1]
+        else:
+            at_mean = base.log_prob(jnp.broadcast_to(base.loc, jnp.shape(value)))
+            n_observed = jnp.sum(jnp.broadcast_to(base.observed, jnp.shape(value)), axis=-1)
+        return student_t_from_gaussian(base.log_prob(value), at_mean, n_observed, self.df)
+
+
+def _low_rank_likelihood(fn) -> tuple[_LowRankNormal, tuple]:
+    """The :class:`_LowRankNormal` of pPCA's site ``"X"`` and the batch shape a plate expanded it to."""
+    batch = tuple(fn.batch_shape)
+    while isinstance(fn, dist.ExpandedDistribution):
+        fn = fn.base_dist
+    if not isinstance(fn, _LowRankNormal):
+        raise ValueError("The robust and mixture models need pPCA's marginal likelihood (latent='marginal').")
+    return fn, batch
+
+
+class _StudentTLikelihood(numpyro.primitives.Messenger):
+    """Replace the Gaussian of pPCA's observed site ``"X"`` by the t with ``df`` degrees of freedom."""
+
+    def __init__(self, df):
+        self.df = df
+        super().__init__()
+
+    def process_message(self, msg):
+        if msg["type"] == "sample" and msg["name"] == "X":
+            base, batch = _low_rank_likelihood(msg["fn"])
+            t = _LowRankStudentT(base, self.df)
+            msg["fn"] = t.expand(batch) if batch != tuple(t.batch_shape) else t
+
+
+def robust_ppca(
+    X=None, *, n_components, nu=None, nu_prior=None, n_samples=None, n_features=None, prior=None,
+    identification=None, subsample_size=None, has_missing=None,
+):
+    """Robust probabilistic PCA: pPCA with multivariate Student-t rows, as a NumPyro model.
+
+    ``x_i ~ t_nu(mu, W W^T + sigma^2 I)`` (see :mod:`bayespca.robust`): the
+    sites of :func:`ppca` (``"sigma"``, the coordinates of ``W`` with
+    ``"W"`` recorded, ``"mu"``), ``"nu"`` when estimated, and the observed
+    ``"X"`` whose density per row is the marginal t of its observed block
+    (z and the row scales integrated out). It is :func:`ppca` run under an
+    effect handler that swaps its likelihood, so every option of
+    :func:`ppca` means the same here; there are no sufficient statistics
+    (each row has its own scale), so a gradient costs O(n d k + d k^2).
+
+    Parameters
+    ----------
+    X, n_components, n_samples, n_features, prior, identification, subsample_size, has_missing
+        As in :func:`ppca` (``latent="marginal"``).
+    nu : float, optional
+        Fixed degrees of freedom (``inf``: :func:`ppca` itself); None samples
+        the site ``"nu"``.
+    nu_prior : numpyro Distribution, optional
+        Prior of ``nu`` (positive support); None: ``Gamma(2, 0.1)``.
+
+    Examples
+    --------
+    >>> import functools
+    >>> from numpyro.infer import Predictive
+    >>> model = functools.partial(robust_ppca, n_components=1, n_samples=4, n_features=3)
+    >>> draws = Predictive(model, num_samples=2)(jax.random.key(0))
+    >>> draws["X"].shape, draws["nu"].shape
+    ((2, 4, 3), (2,))
+    """
+    kwargs = {"n_components": n_components, "n_samples": n_samples, "n_features": n_features,
+              "prior": prior, "identification": identification, "subsample_size": subsample_size,
+              "has_missing": has_missing}
+    if nu is not None and not isinstance(nu, jax.core.Tracer) and np.isinf(nu):
+        ppca(X, **kwargs)
+        return
+    if nu is None:
+        nu = numpyro.sample("nu", nu_prior if nu_prior is not None else dist.Gamma(*_NU_PRIOR))
+    with _StudentTLikelihood(nu):
+        ppca(X, **kwargs)
+
+
+class _CapturedLikelihood(numpyro.primitives.Messenger):
+    """Record the distribution of pPCA's observed site ``"X"`` and keep it out of the joint density."""
+
+    likelihood = None
+
+    def process_message(self, msg):
+        if msg["type"] == "sample" and msg["name"] == "X":
+            self.likelihood, batch = _low_rank_likelihood(msg["fn"])
+            msg["stop"] = True  # outer handlers (trace, substitute, seed) never see it
+            if msg["value"] is None:  # prior predictive: the mixture draws X, not each cluster
+                msg["value"] = jnp.zeros(batch + tuple(self.likelihood.event_shape))
+
+
+class _LowRankMixture(dist.Distribution):
+    """``sum_c weights_c N(mu_c, W_c W_c^T + Psi_c)`` per row (observed blocks), from pPCA likelihoods."""
+
+    arg_constraints = {}
+    support = constraints.real_vector
+    pytree_data_fields = ("weights", "components")
+
+    def __init__(self, weights, components, batch_shape=()):
+        self.weights = weights
+        self.components = components
+        super().__init__(batch_shape=batch_shape, event_shape=components[0].event_shape)
+
+    def sample(self, key, sample_shape=()):
+        shape = tuple(sample_shape) + tuple(self.batch_shape)
+        key_c, *keys = jax.random.split(key, len(self.components) + 1)
+        rows = jnp.stack([c.sample(k, shape) for c, k in zip(self.components, keys, strict=True)])
+        label = jax.random.categorical(key_c, jnp.log(self.weights), shape=shape)
+        return jnp.take_along_axis(rows, label[None, ..., None], axis=0)[0]
+
+    def log_prob(self, value):
+        terms = jnp.stack([c.log_prob(value) for c in self.components])
+        log_weights = jnp.log(self.weights).reshape((-1,) + (1,) * (terms.ndim - 1))
+        return jax.scipy.special.logsumexp(terms + log_weights, axis=0)
+
+
+def mixture_ppca(
+    X=None, *, n_mixtures, n_components, n_samples=None, n_features=None, prior=None,
+    identification=None, has_missing=None, concentration=1.0,
+):
+    """Mixture of probabilistic PCA (Tipping & Bishop 1999) as a NumPyro model.
+
+    ``x_i ~ sum_c pi_c N(mu_c, W_c W_c^T + sigma_c^2 I)``: cluster ``c`` is a
+    :func:`ppca` model whose sites are prefixed ``"c{c}/"`` (``"c0/sigma"``,
+    ``"c0/W"``, ``"c0/mu"``, ... with the same priors, identification and
+    missing-value handling), its likelihood captured rather than observed;
+    ``"weights"`` ``pi ~ Dirichlet(concentration)``; the observed ``"X"``
+    has the mixture density per row (labels summed out), the pointwise
+    log-likelihood LOO needs.
+
+    Labels. The density is invariant under permutations of the clusters:
+    the posterior has ``K!`` symmetric modes and this model does not break
+    the symmetry. :class:`bayespca.mixture.MixturePPCA` starts every chain
+    at the EM fit and relabels each draw to it (see
+    :func:`bayespca.mixture.fit_mixture_nuts`).
+
+    Parameters
+    ----------
+    X, n_components, n_samples, n_features, prior, identification, has_missing
+        As in :func:`ppca` (``latent="marginal"``), for every cluster.
+    n_mixtures : int
+        Number of clusters ``K``.
+    concentration : float, default=1.0
+        Of the symmetric Dirichlet prior of the weights (1: uniform on the simplex).
+
+    Examples
+    --------
+    >>> import functools
+    >>> from numpyro.infer import Predictive
+    >>> model = functools.partial(mixture_ppca, n_mixtures=2, n_components=1, n_samples=5, n_features=3)
+    >>> draws = Predictive(model, num_samples=2)(jax.random.key(0))
+    >>> draws["X"].shape, draws["c1/W"].shape, draws["weights"].shape
+    ((2, 5, 3), (2, 3, 1), (2, 2))
+    """
+    K = _check_positive_int(n_mixtures, "n_mixtures")
+    n, d = _shape(X, None, n_samples, n_features, "marginal", None)
+    weights = numpyro.sample("weights", dist.Dirichlet(jnp.full(K, float(concentration))))
+    components = []
+    for c in range(K):
+        capture = _CapturedLikelihood()
+        with numpyro.handlers.scope(prefix=f"c{c}"), capture:
+            ppca(X, n_components=n_components, n_samples=n_samples, n_features=n_features, prior=prior,
+                 identification=identification, has_missing=has_missing)
+        components.append(capture.likelihood)
+    x = None if X is None else jnp.asarray(X)
+    if x is not None and components[0].observed is not None:
+        x = jnp.where(components[0].observed, x, 0.0)  # zeros, not NaN: see _low_rank_model
+    with numpyro.plate("obs", n):
+        numpyro.sample("X", _LowRankMixture(weights, components, (n,)), obs=x)

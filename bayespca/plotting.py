@@ -39,6 +39,7 @@ __all__ = [
     "plot_latent",
     "plot_loadings",
     "plot_noise",
+    "plot_parallel_analysis",
     "plot_scree",
     "plot_trace",
 ]
@@ -332,8 +333,9 @@ def plot_scree(source, *, criteria=None, ax=None):
     >>> from sklearn.datasets import load_iris
     >>> from bayespca import PCA
     >>> ax = plot_scree(PCA().fit(load_iris().data))
-    >>> [line.get_label() for line in ax.lines]
-    ['variance, elbow, gaic, gavish-donoho, profile-likelihood: k = 1', 'rank: k = 2', 'aic, bic, mle: k = 3']
+    >>> [line.get_label() for line in ax.lines]  # doctest: +NORMALIZE_WHITESPACE
+    ['variance, elbow, gaic, gavish-donoho, profile-likelihood, parallel: k = 1', 'rank: k = 2',
+     'aic, bic, mle: k = 3']
     """
     from bayespca.selection import METHODS, Selection, select_from_singular_values
 
@@ -939,3 +941,56 @@ def _label_trace(collection, var_names) -> None:
     figure.subplots_adjust(top=1.0 - (0.3 + 0.22 * rows) / figure.get_figheight(), hspace=0.6, wspace=0.25)
     figure.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1.0), ncols=columns,
                   fontsize="small", frameon=False)
+
+
+# --------------------------------------------------------- parallel analysis
+def plot_parallel_analysis(result, *, ax=None):
+    """Parallel analysis: the data's eigenvalues against those of random data of the same shape.
+
+    The data's eigenvalues (``result.criterion``: the correlation matrix's,
+    or the reduced one's for ``kind="fa"``) as a line with markers; each
+    random data set's eigenvalues as a thin grey line, and their reference
+    (quantile, or mean) dashed; a dotted vertical line after the last kept
+    component.
+
+    Parameters
+    ----------
+    result : bayespca.selection.ParallelAnalysis
+        From :func:`bayespca.selection.parallel_analysis` or
+        ``select_n_components(X, "parallel")``.
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_wine
+    >>> from bayespca.selection import parallel_analysis
+    >>> ax = plot_parallel_analysis(parallel_analysis(load_wine().data, random_state=0))
+    >>> [line.get_label() for line in ax.lines][-3:]
+    ['data', 'random: 0.95 quantile', 'parallel analysis: k = 3']
+    """
+    from bayespca.selection import ParallelAnalysis
+
+    if not isinstance(result, ParallelAnalysis):
+        raise TypeError(f"result must be a bayespca.selection.ParallelAnalysis; got {type(result).__name__}.")
+    ax = _new_axes(ax)
+    ks = np.asarray(result.candidates)
+    random = np.asarray(result.random_eigenvalues)
+    for i, values in enumerate(random):
+        ax.plot(ks, values, color="0.6", linewidth=0.5, alpha=0.6,
+                label=f"{random.shape[0]} random data sets" if i == 0 else "_nolegend_")
+    ax.plot(ks, result.criterion, "o-", color="C0", label="data")
+    what = "mean" if result.quantile is None else f"{result.quantile:g} quantile"
+    ax.plot(ks, result.reference, "--", color="0.2", label=f"random: {what}")
+    ax.axvline(result.n_components + 0.5, color="C3", linestyle=":",
+               label=f"parallel analysis: k = {result.n_components}")
+    ax.set_xticks(ks)
+    ax.set_xlabel("component" if result.kind == "pca" else "factor")
+    ax.set_ylabel("eigenvalue")
+    matrix = "reduced (SMC) correlation" if result.kind == "fa" else "correlation"
+    ax.set_title(f"Parallel analysis ({result.kind.upper()}): {matrix} eigenvalues", fontsize="medium")
+    _legend_clear_of_data(ax, fontsize="small")
+    return ax

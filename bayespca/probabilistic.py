@@ -474,8 +474,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         check_is_fitted(self, "gaussian_")
         return np.asarray(gaussian.precision(self.gaussian_))
 
-    @rowwise(width="in", pair="return_variance")
-    def impute(self, X, return_variance=False):
+    def impute(self, X, return_variance=False, *, n_imputations=None, random_state=None):
         """Replace missing entries (NaN) by their conditional mean given the observed ones.
 
         Parameters
@@ -483,14 +482,46 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         X : array-like of shape (n_samples, n_features)
         return_variance : bool, default=False
             Also return the conditional variance of each entry (0 where observed).
+        n_imputations : int, optional
+            Multiple imputation (needs ``method="nuts"``): return that many
+            completed data sets drawn from the posterior predictive of the
+            missing entries, one posterior draw of the parameters each, with
+            the predictive moments and intervals of every missing entry
+            (:func:`bayespca.imputation.multiple_imputation`).
+        random_state : None, int, Generator or RandomState
+            Seeds the multiple imputations.
 
         Returns
         -------
         X_imputed : ndarray of shape (n_samples, n_features)
         variance : ndarray of shape (n_samples, n_features)
             Only when ``return_variance`` is True.
+        imputations : bayespca.imputation.Imputations
+            Instead, with ``n_imputations``: ``.datasets`` (n_imputations,
+            n_samples, n_features), ``.mean``, ``.within_variance``,
+            ``.between_variance`` and ``.interval(prob)``.
         """
         check_is_fitted(self, "gaussian_")
+        if n_imputations is None:
+            return self._conditional_mean(X, return_variance=return_variance)
+        if is_chunked(X):
+            raise ValueError(
+                "impute(n_imputations=...) needs X in memory (each completed data set is returned "
+                "whole); got a Dask array. Use impute(X) for the lazy conditional mean, or X.compute()."
+            )
+        self._check_nuts("impute(n_imputations=...)")
+        check_bool(return_variance, "return_variance")
+        if return_variance:
+            raise ValueError("return_variance must be False with n_imputations: the Imputations it "
+                             "returns carry the variances (within_variance, between_variance).")
+        from bayespca.imputation import multiple_imputation
+
+        X, missing = validate_transform(self, X, allow_nan=True)
+        return multiple_imputation(self._draws(), X, missing, n_imputations, random_state)
+
+    @rowwise(width="in", pair="return_variance")
+    def _conditional_mean(self, X, return_variance=False):
+        """:meth:`impute` without ``n_imputations`` (lazily, chunk by chunk, on Dask input)."""
         X, missing = validate_transform(self, X, allow_nan=True)
         if missing is None:
             filled, var = X.copy(), np.zeros_like(X)

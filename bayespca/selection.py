@@ -32,6 +32,11 @@ method                    rule
 ``"profile-likelihood"``  Zhu & Ghodsi (2006): the split of the scree into two
                           Gaussian groups with a common variance that
                           maximises the profile log-likelihood
+``"parallel"``            Horn's (1965) parallel analysis: the leading
+                          eigenvalues above the 0.95 quantile (``threshold``)
+                          of those of random normal data of the same shape
+                          (:func:`parallel_analysis`; from singular values,
+                          the spectrum normalised to mean 1)
 ========================= ======================================================
 
 The Grassmann count makes AIC and BIC charge ``c (d - 2k) sigma^2 / n`` for
@@ -84,6 +89,9 @@ __all__ = [
     "gavish_donoho_omega",
     "marchenko_pastur_median",
     "minka_log_evidence",
+    "parallel_analysis",
+    "parallel_from_singular_values",
+    "random_eigenvalues",
     "select_from_singular_values",
     "select_n_components",
 ]
@@ -98,11 +106,12 @@ METHODS = (
     "gavish-donoho",
     "mle",
     "profile-likelihood",
+    "parallel",
 )
 
 #: Options of :func:`select_from_singular_values`, and the methods that use each.
 _USED_BY = {
-    "threshold": ("variance",),
+    "threshold": ("variance", "parallel"),
     "noise_std": ("gavish-donoho", "aic", "bic", "gaic", "rank"),
     "tau": ("rank",),
 }
@@ -382,7 +391,8 @@ def select_from_singular_values(
     method : str, default="mle"
         See the module docstring.
     threshold : float, optional
-        For ``"variance"`` only: the explained-variance fraction in (0, 1), default 0.9.
+        For ``"variance"``: the explained-variance fraction in (0, 1), default 0.9;
+        for ``"parallel"``: the quantile of the random eigenvalues, default 0.95.
     noise_std : float, optional
         Known noise standard deviation ``sigma > 0`` for ``"gavish-donoho"``,
         ``"aic"``, ``"bic"``, ``"gaic"`` and ``"rank"``; estimated when None.
@@ -482,6 +492,8 @@ def _rule(s, n, d, method, threshold, noise_std, tau) -> Selection:
         ll = np.array([minka_log_evidence(spectrum, k, n) for k in cand])
         return result(cand[int(np.argmax(ll))], cand, ll, None,
                       "argmax over k = 1..d-1 of Minka's Laplace log-evidence")
+    if method == "parallel":
+        return parallel_from_singular_values(s, n, d, 0.95 if threshold is None else threshold)
     if method == "profile-likelihood":
         if m < 3:
             return result(1, [1], [0.0], None, "fewer than 3 eigenvalues: k = 1")
@@ -528,7 +540,9 @@ def select_n_components(X, method: str = "mle", *, standardize: bool = False, **
     standardize : bool, default=False
         Scale features to unit variance first (as ``PCA(standardize=True)``).
     **options
-        ``threshold``, ``noise_std``, ``tau``: see :func:`select_from_singular_values`.
+        ``threshold``, ``noise_std``, ``tau``: see :func:`select_from_singular_values`;
+        for ``"parallel"`` (always on the correlation matrix) ``kind``,
+        ``n_iter``, ``quantile``, ``random_state``: see :func:`parallel_analysis`.
 
     Returns
     -------
@@ -543,6 +557,8 @@ def select_n_components(X, method: str = "mle", *, standardize: bool = False, **
     """
     check_choice(method, "method", METHODS)
     check_bool(standardize, "standardize")
+    if method == "parallel":  # on the correlation matrix, as psych::fa.parallel
+        return parallel_analysis(X, **options)
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise TypeError(f"select_n_components got unknown options {unknown}; accepted: {list(OPTIONS)}.")
@@ -551,3 +567,239 @@ def select_n_components(X, method: str = "mle", *, standardize: bool = False, **
     dec = decompose(data.X, data.mean, None, standardize=standardize)
     s = dec.svd.singular_values * (1.0 if standardize else data.scale)
     return select_from_singular_values(s, data.n, data.d, method, **options)
+
+
+# ------------------------------------------------------------------------
+# Parallel analysis (Horn 1965), as R's psych::fa.parallel (issue 17).
+_PARALLEL_KINDS = ("pca", "fa")
+# Random data sets of the default reference: psych's n.iter.
+_PARALLEL_ITER = 20
+# Seed of the reference used by select_from_singular_values, so that the rule is a
+# deterministic function of (n, d) like the others.
+_PARALLEL_SEED = 0
+
+
+@dataclass(frozen=True)
+class ParallelAnalysis(Selection):
+    """The outcome of parallel analysis: data eigenvalues against those of random data.
+
+    A :class:`Selection` whose ``criterion`` holds the data's eigenvalues, with:
+
+    Attributes
+    ----------
+    kind : {"pca", "fa"}
+        Eigenvalues of the correlation matrix, or of the reduced correlation
+        matrix with squared multiple correlations on its diagonal.
+    random_eigenvalues : ndarray of shape (n_iter, m)
+        Those of each random data set, descending.
+    reference : ndarray of shape (m,)
+        Their ``quantile`` per position (their mean when ``quantile`` is None).
+    quantile : float or None
+    """
+
+    kind: str = "pca"
+    random_eigenvalues: np.ndarray = field(default=None, repr=False)
+    reference: np.ndarray = field(default=None, repr=False)
+    quantile: float | None = 0.95
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """:attr:`Selection.table` with the random reference beside the data's eigenvalues."""
+        table = super().table
+        table["random_reference"] = self.reference[self.candidates - 1]
+        return table
+
+
+def _smc_reduced(corr: np.ndarray) -> np.ndarray:
+    """``R`` with its diagonal replaced by squared multiple correlations ``1 - 1 / (R^{-1})_jj``.
+
+    A singular ``R`` (``n <= d``, or collinear columns) has no SMC by this
+    formula; the pseudo-inverse's diagonal, floored at 1, stands in for it.
+    """
+    inv_diag = np.diag(np.linalg.pinv(corr, hermitian=True))
+    reduced = corr.copy()
+    np.fill_diagonal(reduced, 1.0 - 1.0 / np.maximum(inv_diag, 1.0))
+    return reduced
+
+
+def _correlation_eigenvalues(corr: np.ndarray, kind: str) -> np.ndarray:
+    matrix = _smc_reduced(corr) if kind == "fa" else corr
+    return np.linalg.eigvalsh(matrix)[::-1]
+
+
+def random_eigenvalues(n_samples: int, n_features: int, *, kind: str = "pca", n_iter: int = _PARALLEL_ITER,
+                       random_state=None) -> np.ndarray:
+    """Eigenvalues of the correlation matrices of ``n_iter`` data sets of i.i.d. N(0, 1) entries.
+
+    The scatter matrix of ``n`` centred i.i.d. normal rows is Wishart with
+    ``n - 1`` degrees of freedom; when ``n - 1 >= d`` it is drawn directly by
+    Bartlett's decomposition (``A = L L^T``, ``L`` lower triangular with
+    ``L_jj^2 ~ chi^2(n - 1 - j)`` and standard normal entries below the
+    diagonal), at O(d^3) whatever ``n``; otherwise the data are drawn. The
+    correlation matrix is ``D^{-1/2} A D^{-1/2}`` with ``D = diag(A)``.
+
+    Parameters
+    ----------
+    n_samples, n_features : int
+        Shape of the data, ``n >= 2``.
+    kind : {"pca", "fa"}, default="pca"
+        Eigenvalues of the correlation matrix, or of the reduced one (squared
+        multiple correlations on the diagonal).
+    n_iter : int, default=20
+    random_state : None, int, Generator or RandomState
+
+    Returns
+    -------
+    ndarray of shape (n_iter, n_features)
+        Each row descending.
+
+    Examples
+    --------
+    >>> ev = random_eigenvalues(500, 4, n_iter=200, random_state=0)
+    >>> bool(np.allclose(ev.sum(axis=1), 4.0)), bool(1.05 < np.median(ev[:, 0]) < 1.25)
+    (True, True)
+    """
+    from bayespca.params import as_generator, check_choice, check_number
+
+    n = check_number(n_samples, "n_samples", integer=True, low=2)
+    d = check_number(n_features, "n_features", integer=True, low=1)
+    check_choice(kind, "kind", _PARALLEL_KINDS)
+    n_iter = check_number(n_iter, "n_iter", integer=True, low=1)
+    rng = as_generator(random_state)
+    out = np.empty((n_iter, d))
+    rows, cols = np.tril_indices(d, -1)
+    for i in range(n_iter):
+        if n - 1 >= d:
+            chol = np.diag(np.sqrt(rng.chisquare(n - 1 - np.arange(d))))
+            chol[rows, cols] = rng.standard_normal(rows.size)
+            scatter = chol @ chol.T
+        else:
+            data = rng.standard_normal((n, d))
+            data -= data.mean(axis=0)
+            scatter = data.T @ data
+        sd = np.sqrt(np.diag(scatter))
+        out[i] = _correlation_eigenvalues(scatter / np.outer(sd, sd), kind)
+    return out
+
+
+def _reference(random: np.ndarray, quantile: float | None) -> np.ndarray:
+    return random.mean(axis=0) if quantile is None else np.quantile(random, quantile, axis=0)
+
+
+def _leading_above(values: np.ndarray, reference: np.ndarray) -> int:
+    """How many leading values exceed the reference, up to the first that does not (psych's count)."""
+    below = np.flatnonzero(~(values > reference))
+    return int(below[0]) if below.size else int(values.size)
+
+
+def _parallel_result(eigenvalues, random, quantile, kind, singular_values, n, d) -> ParallelAnalysis:
+    m = singular_values.size
+    reference = _reference(random[:, :m], quantile)
+    k = _leading_above(eigenvalues[:m], reference)
+    what = "mean" if quantile is None else f"{quantile:g} quantile"
+    matrix = "reduced correlation matrix (SMC diagonal)" if kind == "fa" else "correlation matrix"
+    rule = (f"leading eigenvalues of the {matrix} above the {what} of those of {random.shape[0]} "
+            "random normal data sets of the same shape")
+    return ParallelAnalysis("parallel", k, np.arange(1, m + 1), eigenvalues[:m], None, rule,
+                            singular_values, n, d, kind, random[:, :m], reference, quantile)
+
+
+@functools.lru_cache(maxsize=32)
+def _default_reference(n: int, d: int) -> np.ndarray:
+    return random_eigenvalues(n, d, n_iter=_PARALLEL_ITER, random_state=_PARALLEL_SEED)
+
+
+def parallel_from_singular_values(singular_values, n_samples: int, n_features: int,
+                                  quantile: float | None = 0.95) -> ParallelAnalysis:
+    """Parallel analysis of a spectrum: ``d s_j^2 / sum s^2`` against random correlation eigenvalues.
+
+    The normalised eigenvalues ``d s_j^2 / sum_l s_l^2`` (mean 1) are those of
+    the correlation matrix when the data were standardised (PCA with
+    ``standardize=True``), else those of the covariance scaled to mean 1.
+    The reference is :func:`random_eigenvalues` with 20 data sets from a
+    fixed seed, so the rule depends on ``(n, d)`` only, like the others of
+    this module. Used by ``select_from_singular_values(..., "parallel")``
+    (``threshold`` is then the quantile).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(300, 2)) @ rng.normal(size=(2, 8)) + rng.normal(size=(300, 8))
+    >>> s = np.linalg.svd(X - X.mean(0), compute_uv=False)
+    >>> parallel_from_singular_values(s, 300, 8).n_components
+    2
+    """
+    s = np.asarray(singular_values, dtype=float)
+    n, d = int(n_samples), int(n_features)
+    total = float(np.sum(s**2))
+    eigenvalues = d * s**2 / total if total > 0 else np.zeros_like(s)
+    return _parallel_result(eigenvalues, _default_reference(n, d), quantile, "pca", s, n, d)
+
+
+def parallel_analysis(X, *, kind: str = "pca", n_iter: int = _PARALLEL_ITER, quantile: float | None = 0.95,
+                      random_state=None) -> ParallelAnalysis:
+    """Horn's (1965) parallel analysis, as R's ``psych::fa.parallel``: how many eigenvalues beat noise.
+
+    The eigenvalues of the data's correlation matrix (``kind="pca"``), or of
+    its reduced correlation matrix with squared multiple correlations on the
+    diagonal (``kind="fa"``, psych's ``SMC=TRUE``), are compared in order
+    with the ``quantile`` (psych's ``quant``, default 0.95; None: the mean,
+    Horn's original) of those of ``n_iter`` data sets of independent normal
+    columns with the same shape (:func:`random_eigenvalues`). The number of
+    components or factors is the number of leading data eigenvalues above
+    their reference, counted up to the first that is not.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        Complete data.
+    kind : {"pca", "fa"}, default="pca"
+    n_iter : int, default=20
+        Random data sets (psych's ``n.iter``).
+    quantile : float in (0, 1) or None, default=0.95
+    random_state : None, int, Generator or RandomState
+
+    Returns
+    -------
+    ParallelAnalysis
+        ``.n_components``; ``.criterion`` the data's eigenvalues,
+        ``.reference`` the random ones' quantiles, ``.table`` both per k.
+
+    Notes
+    -----
+    psych's FA variant by default (``SMC=FALSE``) uses the eigenvalues of a
+    one-factor minres solution's reduced matrix; the SMC diagonal used here
+    is the classic choice (Humphreys & Ilgen 1969) and needs no fit.
+
+    References
+    ----------
+    J. L. Horn (1965). A rationale and test for the number of factors in
+    factor analysis. Psychometrika 30(2), 179-185.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_wine
+    >>> parallel_analysis(load_wine().data, random_state=0).n_components
+    3
+    """
+    from bayespca.data import as_float_matrix
+    from bayespca.params import check_choice, check_number
+
+    check_choice(kind, "kind", _PARALLEL_KINDS)
+    check_number(quantile, "quantile", low=0, high=1, low_open=True, high_open=True, allow_none=True)
+    arr = as_float_matrix(X, name="X")
+    n, d = arr.shape
+    if n < 3 or d < 2:
+        raise ValueError(
+            f"parallel analysis needs at least 3 samples and 2 features; got X of shape {arr.shape}."
+        )
+    centred = arr - arr.mean(axis=0)
+    sd = np.sqrt(np.einsum("ij,ij->j", centred, centred))
+    if np.any(sd == 0):
+        constant = np.flatnonzero(sd == 0).tolist()
+        raise ValueError(f"X has constant columns {constant}: they have no correlation; drop them.")
+    standardised = centred / sd
+    singular_values = np.linalg.svd(standardised, compute_uv=False) * np.sqrt(n - 1)
+    eigenvalues = _correlation_eigenvalues(standardised.T @ standardised, kind)
+    random = random_eigenvalues(n, d, kind=kind, n_iter=n_iter, random_state=random_state)
+    return _parallel_result(eigenvalues, random, quantile, kind, singular_values, n, d)

@@ -74,8 +74,8 @@ def is_chunked(X: Any) -> bool:
 def in_memory(X: Any, what: str) -> np.ndarray:
     """The rows as a NumPy array, for work that needs them all at once (``what``, named in messages).
 
-    NumPy input is returned as it is. Dask input is computed, with a
-    ``UserWarning``: the rows then travel to the client, which the
+    NumPy input is returned as it is. Dask input is computed (a scipy
+    sparse matrix densified), with a ``UserWarning``: the rows then travel to the client, which the
     statistics-based paths avoid; beyond :data:`MAX_IN_MEMORY_BYTES` a
     ``ValueError`` says so instead.
     """
@@ -91,13 +91,15 @@ def in_memory(X: Any, what: str) -> np.ndarray:
         )
     import warnings
 
+    sparse = hasattr(X, "toarray")  # a scipy sparse matrix: densified, as a Dask array is computed
     warnings.warn(
-        f"{what} needs all rows in memory: the Dask array ({X.shape[0]} x {X.shape[1]}) is computed "
-        "and brought to the client.",
+        f"{what} needs all rows in memory: the {'sparse matrix' if sparse else 'Dask array'} "
+        f"({X.shape[0]} x {X.shape[1]}) is "
+        f"{'densified' if sparse else 'computed and brought to the client'}.",
         UserWarning,
         stacklevel=3,
     )
-    return np.asarray(X.compute(), dtype=float)
+    return X.toarray() if sparse else np.asarray(X.compute(), dtype=float)
 
 
 def as_dask_matrix(X: Any, name: str = "X") -> tuple[Any, np.ndarray | None]:

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 from sklearn.exceptions import NotFittedError
 
+from bayespca.sparse_input import SPARSE_ESTIMATORS, as_sparse_matrix, is_sparse
+
 __all__ = [
     "ValidatedData",
     "as_float_matrix",
@@ -150,8 +152,8 @@ def _convert(X: Any, name: str, allow_nan: bool, min_columns: int = 1) -> tuple[
     """:func:`as_float_matrix`, also returning the column sums."""
     if hasattr(X, "toarray") or type(X).__module__.startswith("scipy.sparse"):
         raise TypeError(
-            f"{name} is a scipy sparse matrix ({type(X).__name__}); bayespca needs dense "
-            f"input: pass {name}.toarray()."
+            f"{name} is a scipy sparse matrix ({type(X).__name__}); this function needs dense "
+            f"input: pass {name}.toarray(). Sparse input is accepted by {SPARSE_ESTIMATORS}."
         )
     if hasattr(X, "iloc") and hasattr(X, "dtypes") and getattr(X, "ndim", 2) == 2:
         arr = _from_dataframe(X, name)
@@ -220,8 +222,23 @@ def _missing_mask(arr: np.ndarray, allow_nan: bool, sums: np.ndarray) -> np.ndar
     return nan if nan.any() else None
 
 
+def _refuse_sparse(estimator: Any, X: Any) -> None:
+    """A TypeError naming the estimator, for sparse input where it is not supported."""
+    raise TypeError(
+        f"X is a scipy sparse matrix ({type(X).__name__}) and {type(estimator).__name__} "
+        f"{getattr(estimator, 'kernel', '') and f'with kernel={estimator.kernel!r} '}does not accept "
+        f"sparse input; pass X.toarray() if it fits in memory. Sparse input is accepted by "
+        f"{SPARSE_ESTIMATORS}."
+    )
+
+
+def _validate_sparse(X: Any) -> ValidatedData:
+    arr = as_sparse_matrix(X)
+    return ValidatedData(arr, None, np.asarray(arr.sum(axis=0)).ravel())
+
+
 def validate_fit(
-    estimator: Any, X: Any, *, allow_nan: bool = False, min_samples: int = 2
+    estimator: Any, X: Any, *, allow_nan: bool = False, min_samples: int = 2, accept_sparse: bool = False
 ) -> ValidatedData:
     """Validate training data and record its shape and feature names on ``estimator``.
 
@@ -240,6 +257,10 @@ def validate_fit(
         rejected, since nothing can be estimated for them.
     min_samples : int, default=2
         Minimum number of samples.
+    accept_sparse : bool, default=False
+        Whether the estimator takes scipy sparse input (returned as a CSR
+        float64 copy, :func:`bayespca.sparse_input.as_sparse_matrix`);
+        otherwise sparse input is a ``TypeError`` naming the estimator.
 
     Returns
     -------
@@ -253,8 +274,10 @@ def validate_fit(
     >>> data.missing.sum()
     np.int64(1)
     """
+    if is_sparse(X) and not accept_sparse:
+        _refuse_sparse(estimator, X)
     names = _feature_names(X, "X")
-    arr, sums = _convert(X, "X", allow_nan)
+    arr, sums = _validate_sparse(X) if is_sparse(X) else _convert(X, "X", allow_nan)
     n, d = arr.shape
     if n < min_samples:
         raise ValueError(
@@ -286,7 +309,9 @@ def check_is_fitted(estimator: Any, attribute: str = "n_features_in_") -> None:
         )
 
 
-def validate_transform(estimator: Any, X: Any, *, allow_nan: bool = False) -> ValidatedData:
+def validate_transform(
+    estimator: Any, X: Any, *, allow_nan: bool = False, accept_sparse: bool = False
+) -> ValidatedData:
     """Validate new data against what ``estimator`` saw at fit time.
 
     Checks that the estimator is fitted, that ``X`` has ``n_features_in_``
@@ -299,6 +324,8 @@ def validate_transform(estimator: Any, X: Any, *, allow_nan: bool = False) -> Va
     X : array-like of shape (n_samples, n_features)
     allow_nan : bool, default=False
         Whether NaN marks a missing value.
+    accept_sparse : bool, default=False
+        Whether scipy sparse input is taken (as :func:`validate_fit`).
 
     Returns
     -------
@@ -314,6 +341,8 @@ def validate_transform(estimator: Any, X: Any, *, allow_nan: bool = False) -> Va
     ValueError: X has 3 features, but PCA is expecting 2 features as input.
     """
     check_is_fitted(estimator)
+    if is_sparse(X) and not accept_sparse:
+        _refuse_sparse(estimator, X)
 
     fitted_names = getattr(estimator, "feature_names_in_", None)
     names = _feature_names(X, "X")
@@ -347,7 +376,7 @@ def validate_transform(estimator: Any, X: Any, *, allow_nan: bool = False) -> Va
             + "; ".join(detail)
             + "."
         )
-    arr, sums = _convert(X, "X", allow_nan)
+    arr, sums = _validate_sparse(X) if is_sparse(X) else _convert(X, "X", allow_nan)
     if arr.shape[1] != estimator.n_features_in_:
         raise ValueError(
             f"X has {arr.shape[1]} features, but {cls} is expecting "

@@ -366,6 +366,10 @@ or callable, default="rbf"
 
     # ------------------------------------------------------------------ fit
 
+    def _takes_sparse(self, kernel) -> bool:
+        """Scipy sparse rows are taken by the exact linear kernel: its Gram matrix is a sparse product."""
+        return kernel.name == "linear" and self.approximation is None and not self.fit_inverse_transform
+
     def _check_params(self):
         check_number(self.n_components, "n_components", integer=True, low=1, allow_none=True)
         check_choice(self.solver, "solver", _SOLVERS)
@@ -423,7 +427,7 @@ or callable, default="rbf"
             "inverse_coef_",
         ):
             self.__dict__.pop(name, None)
-        X = validate_fit(self, X).X
+        X = validate_fit(self, X, accept_sparse=self._takes_sparse(kernel)).X
         self.gamma_ = 1.0 / X.shape[1] if self.gamma is None else float(self.gamma)
         kernel = Kernel(kernel.name, self.gamma_, kernel.degree, kernel.coef0, kernel.params)
         self.kernel_ = kernel
@@ -576,7 +580,7 @@ or callable, default="rbf"
         -------
         ndarray of shape (n_new, n_components_)
         """
-        X = validate_transform(self, X).X
+        X = validate_transform(self, X, accept_sparse=self._takes_sparse(self.kernel_)).X
         with np.errstate(over="ignore", invalid="ignore"):
             if hasattr(self, "feature_map_"):
                 axes = self.feature_components_

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
+import scipy.sparse
 import scipy.spatial.distance
 
 from bayespca.params import as_generator, check_number
@@ -187,6 +188,7 @@ class Kernel:
             return X @ (X if Y is None else Y).T
         with np.errstate(over="ignore", invalid="ignore"):
             K = X @ Y.T
+        K = K.toarray(order="C") if scipy.sparse.issparse(K) else K  # scipy sparse rows: linear KernelPCA
         if not np.all(np.isfinite(K)):
             raise ValueError(
                 f"The {self.name} kernel needs the inner products x.y of the rows, which overflow "

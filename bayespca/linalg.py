@@ -49,13 +49,16 @@ from typing import NamedTuple
 
 import numpy as np
 import scipy.linalg
+import scipy.sparse
 
 from bayespca.params import as_generator
+from bayespca.sparse_input import choose_sparse_solver, sparse_means, standardized_sparse
 
 __all__ = [
     "SOLVERS",
     "SVD",
     "Decomposition",
+    "centred_gram",
     "centred_scatter",
     "centred_sum_squares",
     "choose_solver",
@@ -156,14 +159,21 @@ def _cancels(centred_sq: np.ndarray, mean_sq: np.ndarray) -> bool:
     return bool(np.any(centred_sq < 1e-3 * mean_sq))
 
 
-def centred_scatter(X: np.ndarray, mean: np.ndarray) -> np.ndarray:
-    """Scatter matrix ``(X - mean)^T (X - mean)`` of shape (d, d).
+def _centred_block(X, start: int, mean: np.ndarray) -> np.ndarray:
+    """Rows ``start .. start + _BLOCK_ROWS`` of ``X - mean``, dense (one block of a sparse X at a time)."""
+    block = X[start : start + _BLOCK_ROWS]
+    return (block.toarray() if scipy.sparse.issparse(block) else block) - mean
+
+
+def centred_scatter(X, mean: np.ndarray) -> np.ndarray:
+    """Scatter matrix ``(X - mean)^T (X - mean)`` of shape (d, d); ``X`` dense or scipy sparse.
 
     Computed as ``X^T X - n mean mean^T`` (one BLAS ``syrk``, no copy of X)
     unless that cancels or overflows: when a feature's spread is below ~3%
     of its mean (more than 3 of 16 digits lost), or ``X^T X`` exceeds
     float64, the data are centred block by block instead, which is as
-    accurate as centring X first without copying it.
+    accurate as centring X first without copying it. A sparse ``X`` gives
+    ``X^T X`` from the sparse product (implicit centring).
 
     Examples
     --------
@@ -175,17 +185,48 @@ def centred_scatter(X: np.ndarray, mean: np.ndarray) -> np.ndarray:
     n, d = X.shape
     with np.errstate(over="ignore", invalid="ignore"):
         scatter = X.T @ X
+        scatter = scatter.toarray(order="C") if scipy.sparse.issparse(scatter) else scatter
         scatter -= n * np.outer(mean, mean)
     if np.all(np.isfinite(scatter)) and not _cancels(np.diag(scatter), n * mean**2):
         return scatter
     scatter = np.zeros((d, d))
     for start in range(0, n, _BLOCK_ROWS):
-        block = X[start : start + _BLOCK_ROWS] - mean
+        block = _centred_block(X, start, mean)
         scatter += block.T @ block
     return scatter
 
 
-def centred_sum_squares(X: np.ndarray, mean: np.ndarray) -> float:
+def centred_gram(X, mean: np.ndarray) -> np.ndarray:
+    """Gram matrix ``(X - mean)(X - mean)^T`` of shape (n, n) of a scipy sparse ``X``, implicitly centred.
+
+    ``X X^T - (X m) 1^T - 1 (X m)^T + (m^T m) 1 1^T`` from the sparse
+    product; when that cancels (a row's spread below ~3% of the mean's
+    part, as :func:`centred_scatter` judges) one side is centred a block
+    of rows at a time instead: ``G[:, b] = X C_b^T - 1 (C_b m)^T``.
+
+    Examples
+    --------
+    >>> X = scipy.sparse.csr_array([[1.0, 0.0], [0.0, 2.0], [0.0, 0.0]])
+    >>> bool(np.allclose(centred_gram(X, np.array([1.0, 2.0]) / 3), (X - X.mean(0)) @ (X - X.mean(0)).T))
+    True
+    """
+    n = X.shape[0]
+    xm = X @ mean
+    mm = float(mean @ mean)
+    with np.errstate(over="ignore", invalid="ignore"):
+        gram = (X @ X.T).toarray(order="C")
+        gram -= xm[:, None]
+        gram -= xm[None, :]
+        gram += mm
+    if np.all(np.isfinite(gram)) and not _cancels(np.diag(gram), np.full(n, mm)):
+        return gram
+    for start in range(0, n, _BLOCK_ROWS):
+        block = _centred_block(X, start, mean)
+        gram[:, start : start + _BLOCK_ROWS] = X @ block.T - (block @ mean)[None, :]
+    return gram
+
+
+def centred_sum_squares(X, mean: np.ndarray) -> float:
     """``|X - mean|_F^2`` without copying X (block-wise centring only when the fast form cancels).
 
     Examples
@@ -195,12 +236,13 @@ def centred_sum_squares(X: np.ndarray, mean: np.ndarray) -> float:
     """
     n = X.shape[0]
     with np.errstate(over="ignore", invalid="ignore"):
-        total = float(np.einsum("ij,ij->", X, X)) - n * float(mean @ mean)
+        squares = float(X.data @ X.data) if scipy.sparse.issparse(X) else float(np.einsum("ij,ij->", X, X))
+        total = squares - n * float(mean @ mean)
     if np.isfinite(total) and not _cancels(np.array([total]), np.array([n * float(mean @ mean)])):
         return total
     total = 0.0
     for start in range(0, n, _BLOCK_ROWS):
-        block = X[start : start + _BLOCK_ROWS] - mean
+        block = _centred_block(X, start, mean)
         total += float(np.einsum("ij,ij->", block, block))
     return total
 
@@ -337,8 +379,9 @@ def svd_gram(X: np.ndarray, mean: np.ndarray, n_components: int | None = None) -
     """
     n, d = X.shape
     r = min(n, d) if n_components is None else n_components
-    xc = X - mean
-    gram = xc @ xc.T
+    sparse = scipy.sparse.issparse(X)
+    xc = None if sparse else X - mean  # a sparse X stays sparse: centred inside the products
+    gram = centred_gram(X, mean) if sparse else xc @ xc.T
     total_ss = float(np.trace(gram))
     evals, evecs = _eigh_descending(gram, r)
     s = np.sqrt(evals)
@@ -346,7 +389,9 @@ def svd_gram(X: np.ndarray, mean: np.ndarray, n_components: int | None = None) -
     # be noise divided by noise.
     positive = s > max(n, d) * np.finfo(float).eps * (s[0] if s.size else 0.0)
     components = np.zeros((r, d))
-    components[positive] = (xc.T @ evecs[:, positive] / s[positive]).T
+    u = evecs[:, positive]
+    xc_t_u = X.T @ u - np.multiply.outer(mean, u.sum(axis=0)) if sparse else xc.T @ u
+    components[positive] = (xc_t_u / s[positive]).T
     n_null = int((~positive).sum())
     if n_null:
         components[~positive] = complete_basis(components[positive], n_null)
@@ -526,7 +571,10 @@ def decompose(
 
     Parameters
     ----------
-    X : ndarray of shape (n, d)
+    X : ndarray or scipy sparse matrix of shape (n, d)
+        A sparse ``X`` is centred implicitly, inside the products (not
+        with solver "full"); its "auto" is
+        :func:`bayespca.sparse_input.choose_sparse_solver`.
     mean : ndarray of shape (d,)
     n_components : int or None
         Number of triplets; None for all ``min(n, d)`` (not with "randomized").
@@ -557,17 +605,26 @@ def decompose(
     ('full', [2.0, 0.0])
     """
     n, d = X.shape
-    solver = choose_solver(n, d, n_components) if solver == "auto" else solver
+    sparse = scipy.sparse.issparse(X)
+    if sparse and solver == "full":
+        raise ValueError(
+            "solver='full' needs the centred data as a dense matrix, which would fill in every zero of "
+            "the sparse X; accepted on sparse input: 'auto', 'covariance', 'gram' or 'randomized'."
+        )
+    if solver == "auto":
+        solver = (choose_sparse_solver if sparse else choose_solver)(n, d, n_components)
     if solver == "randomized" and n_components is None:
         raise ValueError(
             "solver='randomized' needs an integer n_components; the whole spectrum was asked for. "
             "Use solver='auto', 'full', 'covariance' or 'gram'."
         )
     if magnitudes is None:
-        mean, *magnitudes = exact_means(X, mean)
+        mean, *magnitudes = sparse_means(X) if sparse else exact_means(X, mean)
     magnitude = magnitudes[0] if solver == "randomized" else magnitudes[1]
     scale = np.ones(d)
-    if standardize:
+    if standardize and sparse:
+        X, mean, scale, magnitude = standardized_sparse(X, mean)
+    elif standardize:
         X, scale = standardized(X, mean)
         mean = np.zeros(d)
         magnitude = float(np.max(np.abs(X), initial=0.0))

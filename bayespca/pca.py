@@ -14,6 +14,7 @@ from bayespca.data import check_is_fitted, validate_fit, validate_scores, valida
 from bayespca.linalg import SOLVERS, decompose, exact_means
 from bayespca.params import check_bool, check_choice, check_number, check_seed
 from bayespca.selection import METHODS, OPTIONS, select_from_singular_values
+from bayespca.sparse_input import is_sparse, map_row_blocks, sparse_means, sparse_working_units
 from bayespca.statistics import check_representable, log_scale_correction, power_of_two_scale
 
 __all__ = ["PCA"]
@@ -90,6 +91,10 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
           ``"rank"``, ``"profile-likelihood"``, ``"variance"``); its
           outcome is kept in ``selection_``.
     solver : {"auto", "full", "covariance", "gram", "randomized"}, default="auto"
+        On scipy sparse input the data are never densified: the mean is
+        subtracted inside the products (``X^T X - n m m^T``, the Gram matrix
+        likewise, ``Xc B = X B - 1 (m^T B)``), ``"full"`` is refused and
+        ``"auto"`` is :func:`bayespca.sparse_input.choose_sparse_solver`.
         ``"full"``: thin SVD of the centred data (most accurate);
         ``"covariance"``: eigh of the d x d scatter matrix (n >> d);
         ``"gram"``: eigh of the n x n Gram matrix (d >> n);
@@ -239,11 +244,15 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     def _fit(self, X):
         if is_chunked(X):  # rows held by Dask: bayespca.chunked.pca_spectrum
             return self._fit_chunked(X)
-        data = validate_fit(self, X)
+        data = validate_fit(self, X, accept_sparse=True)
         n, d = data.X.shape
         k = self._check_params(n, d)
-        mean, top, varying_top = exact_means(data.X, data.column_sums / n)
-        Xw, centre, unit, mean = _working_units(data.X, mean, top)
+        if is_sparse(data.X):  # kept sparse: centred inside the solvers' products
+            mean, top, varying_top = sparse_means(data.X)
+            Xw, unit, centre = sparse_working_units(data.X, mean, top, _SAFE_LOG2)
+        else:
+            mean, top, varying_top = exact_means(data.X, data.column_sums / n)
+            Xw, centre, unit, mean = _working_units(data.X, mean, top)
         dec = decompose(Xw, centre, k, self.solver, standardize=self.standardize,
                         magnitudes=(top / unit, varying_top / unit), n_oversamples=self.n_oversamples,
                         n_power_iter=self.n_power_iter, random_state=self.random_state)
@@ -355,14 +364,15 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like or scipy sparse matrix of shape (n_samples, n_features)
+            A sparse ``X`` is projected as ``X @ V^T - mean_ @ V^T`` (not densified).
 
         Returns
         -------
         ndarray of shape (n_samples, n_components_)
             Divided by ``sqrt(explained_variance_)`` when ``whiten``.
         """
-        X = validate_transform(self, X).X
+        X = validate_transform(self, X, accept_sparse=True).X
         axes = self.components_ / self.scale_ if self.standardize else self.components_
         with np.errstate(over="ignore", invalid="ignore"):
             scores = self._whiten(X @ axes.T - self.mean_ @ axes.T)
@@ -437,10 +447,10 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     def score_samples(self, X):
         """Log-likelihood of each sample under the pPCA Gaussian, shape (n_samples,)."""
         g = self._gaussian()
-        X = validate_transform(self, X).X
+        X = validate_transform(self, X, accept_sparse=True).X
         with np.errstate(over="ignore", invalid="ignore"):
-            log_p = np.asarray(gaussian.log_prob(g, X / self._unit)) + log_scale_correction(
-                self.n_features_in_, self._unit)
+            log_p = _rows(lambda rows: np.asarray(gaussian.log_prob(g, rows / self._unit)), X)
+            log_p = log_p + log_scale_correction(self.n_features_in_, self._unit)
         return _finite(log_p, "score_samples")
 
     def score(self, X, y=None):
@@ -456,6 +466,11 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         tags.transformer_tags.preserves_dtype = ["float64"]
         return tags
 
+
+
+def _rows(fn, X):
+    """``fn(X)``; on sparse ``X``, on its dense rows one block at a time."""
+    return map_row_blocks(fn, X) if is_sparse(X) else fn(X)
 
 
 def _finite(values: np.ndarray, method: str, cause: str = "on this X (its values are far outside "

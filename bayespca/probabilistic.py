@@ -24,6 +24,7 @@ from bayespca.gaussian import LatentPosterior, LowRankGaussian
 from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
 from bayespca.messages import warn
 from bayespca.params import as_generator, as_key, check_bool, check_choice, check_number, check_seed
+from bayespca.sparse_input import is_sparse, map_row_blocks
 from bayespca.statistics import Prepared, prepare
 
 __all__ = ["FactorAnalysis", "PPCA", "default_candidates", "ledermann_bound", "max_components"]
@@ -208,8 +209,14 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         """Validate -> reduce -> dispatch -> store: the one path of every method."""
         for name in [a for a in vars(self) if a.endswith("_") and not a.startswith("_")]:
             delattr(self, name)  # a refit leaves nothing of the previous method behind
-        prepared = prepare(X, estimator=self)
+        prepared = prepare(X, estimator=self, accept_sparse=True)
         method, spec, options = self._plan(prepared)
+        if is_sparse(X) and method not in ("closed_form", "em"):
+            raise TypeError(
+                f"X is a scipy sparse matrix and {type(self).__name__}(method={method!r}) does not accept "
+                "sparse input: its posterior keeps the rows (observed data, pointwise log-likelihood) "
+                "densely. Accepted on sparse input: method='closed_form' or 'em'; or pass X.toarray()."
+            )
         fit = _fitter(method)(prepared, spec, **options)
         self.gaussian_ = LowRankGaussian(*(np.asarray(a, dtype=float) for a in fit.gaussian))
         self.mean_ = self.gaussian_.mean
@@ -413,8 +420,11 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
     def transform(self, X):
         """Posterior mean of the latent factors, ``E[z | x]``, shape (n_samples, n_components).
 
-        Rows with missing entries (NaN) use their observed entries only.
+        Rows with missing entries (NaN) use their observed entries only. A
+        scipy sparse ``X`` is taken one block of dense rows at a time.
         """
+        if is_sparse(X):
+            return map_row_blocks(self.transform, validate_transform(self, X, accept_sparse=True).X)
         return self.latent_posterior(X).mean
 
     @rowwise(width="in", named=False)
@@ -450,8 +460,11 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         """Marginal log-likelihood ``log N(x_i | mu, W W^T + Psi)`` per row, shape (n_samples,).
 
         A row with missing entries gets the density of its observed entries.
+        A scipy sparse ``X`` is taken one block of dense rows at a time.
         """
         check_is_fitted(self, "gaussian_")
+        if is_sparse(X):
+            return map_row_blocks(self.score_samples, validate_transform(self, X, accept_sparse=True).X)
         X, missing = validate_transform(self, X, allow_nan=True)
         if missing is None:
             return np.asarray(gaussian.log_prob(self.gaussian_, X))

@@ -352,7 +352,14 @@ class Prepared:
         )
 
 
-def prepare(X: Any, *, estimator: Any = None, allow_nan: bool = True, min_samples: int = 2) -> Prepared:
+def prepare(
+    X: Any,
+    *,
+    estimator: Any = None,
+    allow_nan: bool = True,
+    min_samples: int = 2,
+    accept_sparse: bool = False,
+) -> Prepared:
     """Validate training data once and bring it to working units.
 
     Validation is :func:`bayespca.data.validate_fit` (with an ``estimator``
@@ -363,12 +370,18 @@ def prepare(X: Any, *, estimator: Any = None, allow_nan: bool = True, min_sample
     Parameters
     ----------
     X : array-like of shape (n_samples, n_features)
-        NaN marks a missing value (when ``allow_nan``).
+        NaN marks a missing value (when ``allow_nan``). A Dask array is
+        reduced by :func:`bayespca.chunked.prepare_chunked`, a scipy sparse
+        matrix by :func:`bayespca.sparse_input.prepare_sparse` (no missing
+        values; never densified).
     estimator : object, optional
         The estimator being fitted (named in messages, given the fitted
         feature attributes).
     allow_nan : bool, default=True
     min_samples : int, default=2
+    accept_sparse : bool, default=False
+        Whether scipy sparse input is taken (by the fitters that read only
+        the statistics); otherwise it is a ``TypeError`` naming the estimator.
 
     Returns
     -------
@@ -386,6 +399,10 @@ def prepare(X: Any, *, estimator: Any = None, allow_nan: bool = True, min_sample
         from bayespca.chunked import prepare_chunked
 
         return prepare_chunked(X, estimator=estimator, allow_nan=allow_nan, min_samples=min_samples)
+    from bayespca.sparse_input import is_sparse, prepare_sparse
+
+    if is_sparse(X) and accept_sparse:  # statistics from the sparse matrix, implicitly centred
+        return prepare_sparse(X, estimator=estimator, min_samples=min_samples)
     from bayespca.data import validate_fit
 
     # Without an estimator, messages name the activity ("Fitting needs at least 2 samples").

@@ -224,11 +224,11 @@ def _missing_mask(arr: np.ndarray, allow_nan: bool, sums: np.ndarray) -> np.ndar
 
 def _refuse_sparse(estimator: Any, X: Any) -> None:
     """A TypeError naming the estimator, for sparse input where it is not supported."""
+    kernel = getattr(estimator, "kernel", None)
+    which = type(estimator).__name__ + ("" if kernel is None else f" with kernel={kernel!r}")
     raise TypeError(
-        f"X is a scipy sparse matrix ({type(X).__name__}) and {type(estimator).__name__} "
-        f"{getattr(estimator, 'kernel', '') and f'with kernel={estimator.kernel!r} '}does not accept "
-        f"sparse input; pass X.toarray() if it fits in memory. Sparse input is accepted by "
-        f"{SPARSE_ESTIMATORS}."
+        f"X is a scipy sparse matrix ({type(X).__name__}) and {which} does not accept sparse input; "
+        f"pass X.toarray() if it fits in memory. Sparse input is accepted by {SPARSE_ESTIMATORS}."
     )
 
 

@@ -358,6 +358,9 @@ or callable, default="rbf"
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.pairwise = isinstance(self.kernel, str) and self.kernel == "precomputed"
+        tags.input_tags.sparse = (
+            self.kernel == "linear" and self.approximation is None and not self.fit_inverse_transform
+        )
         return tags
 
     @property

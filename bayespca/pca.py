@@ -464,6 +464,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = ["float64"]
+        tags.input_tags.sparse = self.solver != "full"  # centred implicitly (bayespca.sparse_input)
         return tags
 
 

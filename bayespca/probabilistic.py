@@ -551,6 +551,8 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True
         tags.transformer_tags.preserves_dtype = ["float64"]
+        # Sparse complete data: the maximum-likelihood methods, which read only the statistics.
+        tags.input_tags.sparse = self.method in ("auto", "closed_form", "em")
         return tags
 
 

@@ -401,13 +401,14 @@ def svd_gram(X: np.ndarray, mean: np.ndarray, n_components: int | None = None) -
 
 
 def svd_randomized(
-    X: np.ndarray,
+    X,
     mean: np.ndarray,
     n_components: int,
     *,
     n_oversamples: int = 10,
     n_power_iter: int | None = None,
     random_state=None,
+    basis: str | None = None,
 ) -> SVD:
     """Randomized block Krylov SVD of the centred data, without centring X.
 
@@ -421,7 +422,11 @@ def svd_randomized(
     iterations of scikit-learn's randomized solver at 70% of its cost.
 
     Products with ``Xc`` use ``Xc B = X B - 1 (mean^T B)``, so X is never
-    copied; the sketch is taken on the smaller side of the matrix.
+    copied (nor, when scipy sparse, densified). A dense ``X`` is sketched on
+    its smaller side and the basis lives on the larger (``n x L`` when
+    ``n >= d``): the products, O(n d L), dominate. For a sparse ``X`` they
+    cost O(nnz L) and orthonormalising the basis, O(size L^2), dominates,
+    so the basis lives on the smaller side.
 
     Parameters
     ----------
@@ -436,6 +441,10 @@ def svd_randomized(
         otherwise.
     random_state : None, int >= 0, Generator or RandomState
         Seed of the Gaussian sketch (the rule of :mod:`bayespca.params`).
+    basis : {"columns", "rows"} or None, default=None
+        Where the Krylov basis lives: ``"columns"`` in the column space of
+        ``Xc`` (n x L), ``"rows"`` in its row space (d x L); None: the rule
+        above.
 
     References
     ----------
@@ -469,19 +478,41 @@ def svd_randomized(
         out -= np.multiply.outer(mean, a.sum(axis=0))
         return out
 
-    if n >= d:
+    sparse = scipy.sparse.issparse(X)
+    if basis is None:
+        basis = "columns" if (n >= d) != sparse else "rows"
+    if basis == "columns":
         q = _krylov_basis(times, times_t, d, width, n_power_iter, rng)  # (n, L), in col(Xc)
-        small = times_t(q).T  # (L, d) = Q^T Xc
-        ub, s, vt = np.linalg.svd(small, full_matrices=False)
-        u = q @ ub
+        if sparse:  # Xc^T Q is (d, L) with d the larger side: Ritz pairs from its L x L Gram
+            s, w, vs = _ritz(times_t(q), k)  # vs = V S
+            vt = np.divide(vs, s, out=np.zeros_like(vs), where=s > 0).T
+            scores = (q @ w) * s
+        else:
+            ub, s, vt = np.linalg.svd(times_t(q).T, full_matrices=False)  # of Q^T Xc, (L, d)
+            s, vt, scores = s[:k], vt[:k], (q @ ub[:, :k]) * s[:k]
     else:
         q = _krylov_basis(times_t, times, n, width, n_power_iter, rng)  # (d, L), in row(Xc)
-        small = times(q)  # (n, L) = Xc Q
-        u, s, wt = np.linalg.svd(small, full_matrices=False)
-        vt = wt @ q.T
-    u, s, vt = u[:, :k], s[:k], vt[:k]
-    vt, scores = flip_signs(vt, u * s)
+        if sparse:  # Xc Q is (n, L) with n the larger side: Ritz pairs from its L x L Gram
+            s, w, scores = _ritz(times(q), k)
+            vt = (q @ w).T
+        else:
+            u, s, wt = np.linalg.svd(times(q), full_matrices=False)  # of Xc Q, (n, L)
+            s, vt, scores = s[:k], (wt @ q.T)[:k], u[:, :k] * s[:k]
+    vt, scores = flip_signs(vt, scores)
     return SVD(s, vt, scores, centred_sum_squares(X, mean))
+
+
+def _ritz(tall: np.ndarray, k: int):
+    """``(s, W, tall W)``: the ``k`` leading singular values of a tall matrix and its right vectors.
+
+    From the eigendecomposition of the small Gram ``tall^T tall``: a thin
+    SVD of the tall matrix costs an orthogonalisation of it, which on sparse
+    input takes longer than all the products. Singular values carry absolute
+    errors of about ``sqrt(eps) s_1`` (the rounding floor of an
+    eigendecomposition, which :func:`decompose` applies).
+    """
+    evals, w = _eigh_descending(tall.T @ tall, k)
+    return np.sqrt(evals), w, tall @ w
 
 
 def _krylov_basis(apply, apply_t, size, width, depth, rng):
@@ -637,7 +668,9 @@ def decompose(
     else:
         svd = svd_randomized(X, mean, n_components, n_oversamples=n_oversamples,
                              n_power_iter=n_power_iter, random_state=random_state)
-    return Decomposition(drop_rounding(svd, solver, (n, d), magnitude), solver, scale)
+    # Sparse randomized takes its Ritz values from a Gram matrix: the floor of an eigendecomposition.
+    floor_of = "covariance" if sparse and solver == "randomized" else solver
+    return Decomposition(drop_rounding(svd, floor_of, (n, d), magnitude), solver, scale)
 
 
 def drop_rounding(svd: SVD, solver: str, shape: tuple[int, int], magnitude: float) -> SVD:

@@ -28,6 +28,7 @@ __all__ = [
     "ValidatedData",
     "as_float_matrix",
     "check_is_fitted",
+    "finite_result",
     "validate_fit",
     "validate_scores",
     "validate_transform",
@@ -409,3 +410,17 @@ def validate_scores(estimator: Any, Z: Any) -> np.ndarray:
             f"n_components_ = {k} score columns."
         )
     return arr
+
+
+def finite_result(values: np.ndarray, where: str, cause: str = "on this X (its values are far outside "
+                  "the range of the training data)") -> np.ndarray:
+    """``values``, or a ValueError saying that ``where`` (e.g. ``"PCA.transform"``) overflowed float64.
+
+    Examples
+    --------
+    >>> finite_result(np.array([1.0]), "PCA.transform").tolist()
+    [1.0]
+    """
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"{where} overflowed float64 {cause}; rescale X.")
+    return values

@@ -555,7 +555,7 @@ def expected_statistics(g: LowRankGaussian, X, observed) -> tuple[SufficientStat
 
     With ``x^_i = E[x_i | x_{i,O}]`` (the observed entries, and
     ``mu + W E[z_i | x_{i,O}]`` at missing ones) and ``D_i`` the diagonal
-    indicator of row ``i``'s missing entries,
+    indicator of row ``i``'s missing entries::
 
         n_hat = n,   mean_hat = sum_i x^_i / n,
         scatter_hat = sum_i (x^_i - mean_hat)(x^_i - mean_hat)^T

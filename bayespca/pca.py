@@ -10,7 +10,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 
 from bayespca import gaussian
 from bayespca.chunked import is_chunked, rowwise
-from bayespca.data import check_is_fitted, validate_fit, validate_scores, validate_transform
+from bayespca.data import check_is_fitted, finite_result, validate_fit, validate_scores, validate_transform
 from bayespca.linalg import SOLVERS, decompose, exact_means
 from bayespca.params import check_bool, check_choice, check_number, check_seed
 from bayespca.selection import METHODS, OPTIONS, select_from_singular_values
@@ -376,7 +376,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         axes = self.components_ / self.scale_ if self.standardize else self.components_
         with np.errstate(over="ignore", invalid="ignore"):
             scores = self._whiten(X @ axes.T - self.mean_ @ axes.T)
-        return _finite(scores, "transform")
+        return finite_result(scores, "PCA.transform")
 
     @rowwise(width="in", named=False)
     def inverse_transform(self, X):
@@ -399,7 +399,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             if self.whiten:
                 Z = Z * self._whiten_scale()
             back = (Z @ self.components_) * self.scale_ + self.mean_
-        return _finite(back, "inverse_transform")
+        return finite_result(back, "PCA.inverse_transform")
 
     # ------------------------------------------------ probabilistic view
     def _gaussian(self, *, singular_ok: bool = False) -> gaussian.LowRankGaussian:
@@ -435,13 +435,13 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """Model covariance ``V^T diag(lambda) V + sigma^2 (I - V^T V)`` in the original units, (d, d)."""
         with np.errstate(over="ignore", invalid="ignore"):
             cov = np.asarray(gaussian.covariance(self._gaussian(singular_ok=True))) * self._unit**2
-        return _finite(cov, "get_covariance", _SCALES_APART)
+        return finite_result(cov, "PCA.get_covariance", _SCALES_APART)
 
     def get_precision(self):
         """Inverse of :meth:`get_covariance` by the Woodbury identity (no d x d inverse), shape (d, d)."""
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             precision = np.asarray(gaussian.precision(self._gaussian())) / self._unit**2
-        return _finite(precision, "get_precision", _SCALES_APART)
+        return finite_result(precision, "PCA.get_precision", _SCALES_APART)
 
     @rowwise(width=None)
     def score_samples(self, X):
@@ -451,7 +451,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         with np.errstate(over="ignore", invalid="ignore"):
             log_p = _rows(lambda rows: np.asarray(gaussian.log_prob(g, rows / self._unit)), X)
             log_p = log_p + log_scale_correction(self.n_features_in_, self._unit)
-        return _finite(log_p, "score_samples")
+        return finite_result(log_p, "PCA.score_samples")
 
     def score(self, X, y=None):
         """Average log-likelihood of the samples under the pPCA Gaussian."""
@@ -468,15 +468,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         return tags
 
 
-
 def _rows(fn, X):
     """``fn(X)``; on sparse ``X``, on its dense rows one block at a time."""
     return map_row_blocks(fn, X) if is_sparse(X) else fn(X)
 
-
-def _finite(values: np.ndarray, method: str, cause: str = "on this X (its values are far outside "
-            "the range of the training data)") -> np.ndarray:
-    """``values``, or a ValueError when they went past float64's range."""
-    if not np.all(np.isfinite(values)):
-        raise ValueError(f"PCA.{method} overflowed float64 {cause}; rescale X.")
-    return values

@@ -19,7 +19,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 
 from bayespca import gaussian
 from bayespca.chunked import is_chunked, rowwise
-from bayespca.data import as_float_matrix, check_is_fitted, validate_transform
+from bayespca.data import as_float_matrix, check_is_fitted, finite_result, validate_transform
 from bayespca.gaussian import LatentPosterior, LowRankGaussian
 from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
 from bayespca.messages import warn
@@ -54,6 +54,11 @@ def _fitter(method: str):
     from bayespca.inference.nuts import fit_nuts
 
     return fit_nuts
+
+
+# Why a covariance or precision matrix can leave float64's range: noise variances at their floor
+# on data whose own variances are near its edges.
+_OUT_OF_RANGE = "(noise variances at their floor on data of extreme scale)"
 
 
 def ledermann_bound(n_features: int) -> int:
@@ -480,12 +485,16 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         Rotations leave it unchanged (``L_rot Phi L_rot^T = W W^T``).
         """
         check_is_fitted(self, "gaussian_")
-        return np.asarray(gaussian.covariance(self.gaussian_))
+        with np.errstate(over="ignore", invalid="ignore"):
+            cov = np.asarray(gaussian.covariance(self.gaussian_))
+        return finite_result(cov, f"{type(self).__name__}.get_covariance", _OUT_OF_RANGE)
 
     def get_precision(self):
         """Inverse model covariance by the Woodbury identity, shape (n_features, n_features)."""
         check_is_fitted(self, "gaussian_")
-        return np.asarray(gaussian.precision(self.gaussian_))
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            precision = np.asarray(gaussian.precision(self.gaussian_))
+        return finite_result(precision, f"{type(self).__name__}.get_precision", _OUT_OF_RANGE)
 
     def impute(self, X, return_variance=False, *, n_imputations=None, random_state=None):
         """Replace missing entries (NaN) by their conditional mean given the observed ones.

@@ -304,10 +304,16 @@ class Prepared:
 
     @cached_property
     def mean(self) -> np.ndarray:
-        """Column means of the observed entries, shape (d,)."""
-        if self.missing is None:
-            return self.X.mean(axis=0)
-        return np.where(self.missing, 0.0, self.X).sum(axis=0) / self.n_observed
+        """Column means of the observed entries, shape (d,).
+
+        Two passes: the second adds the mean of what the first leaves, so a
+        constant column's mean is its value exactly and centring leaves 0
+        (not its rounding, which far from 0 can exceed the spread of the data).
+        """
+        observed = None if self.missing is None else ~self.missing
+        first = _observed_mean(self.X, observed, self.n_observed)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return first + _observed_mean(self.X - first, observed, self.n_observed)
 
     @cached_property
     def variances(self) -> np.ndarray:
@@ -350,6 +356,12 @@ class Prepared:
             None if noise is None else np.asarray(noise) * s**2,
             None if mean is None else np.asarray(mean) * s,
         )
+
+
+def _observed_mean(X: np.ndarray, observed: np.ndarray | None, counts: np.ndarray) -> np.ndarray:
+    if observed is None:
+        return X.mean(axis=0)
+    return np.where(observed, X, 0.0).sum(axis=0) / counts
 
 
 def prepare(

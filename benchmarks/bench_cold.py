@@ -24,9 +24,8 @@ libraries through the environment before NumPy loads.
 Other rows: ``missing`` is ``PPCA(10, method="em")`` and
 ``FactorAnalysis(10)`` on 20000 x 100 with 20% of the entries missing at
 random (target <= 2 s); ``import`` is ``import bayespca`` in a fresh
-process. NUTS rows (first-ever compile, first in a new process with a
-warm cache, warm) belong to the Bayesian side: :func:`nuts_rows` is the
-place for them.
+process; ``nuts`` is :func:`nuts_rows` (first-ever compile, first in a
+new process with a warm compilation cache, warm, and compare over k).
 
 Shapes (n, d, k), 12 from 100 x 5 to 100000 x 100, k within the Ledermann
 bound so that factor analysis is identified.
@@ -111,8 +110,8 @@ _MISSING_WORKER = textwrap.dedent(
 _IMPORT_WORKER = "import time; t = time.perf_counter(); import bayespca; print(time.perf_counter() - t)"
 
 
-def run_worker(code: str, args=(), threads: str = "default") -> str:
-    env = dict(os.environ)
+def run_worker(code: str, args=(), threads: str = "default", extra_env: dict | None = None) -> str:
+    env = dict(os.environ, **(extra_env or {}))
     for var in THREAD_VARS:
         env.pop(var, None)
         if threads == "1":
@@ -159,12 +158,59 @@ def import_rows(repeats: int, threads: str):
     print(f"\nimport bayespca, fresh process, threads={threads}: median {np.median(times):.3f} s")
 
 
+_NUTS_WORKER = textwrap.dedent(
+    """
+    import json, sys, time, warnings
+    warnings.simplefilter("ignore")
+    what = sys.argv[1]
+    t0 = time.perf_counter()
+    import numpy as np
+    from bayespca import PPCA, compare_n_components
+    rng = np.random.default_rng(0)
+    n, d = 1000, 20
+    X = rng.standard_normal((n, 3)) @ (rng.standard_normal((3, d)) * 2.0) + rng.standard_normal((n, d))
+    out = {"import": time.perf_counter() - t0}
+    if what == "fit":
+        for label in ("first", "warm"):
+            start = time.perf_counter()
+            PPCA(3, method="nuts", random_state=0, progress_bar=False).fit(X)
+            out[label] = time.perf_counter() - start
+    else:
+        start = time.perf_counter()
+        res = compare_n_components(X, range(1, 7), random_state=0, progress_bar=False)
+        out["compare"] = time.perf_counter() - start
+        out["k"] = int(res.n_components)
+    print(json.dumps(out))
+    """
+)
+
+
 def nuts_rows(repeats: int, threads: str):
     """NUTS first-ever / first with a warm persistent cache / warm; compare over k (issue 15 items 2-3).
 
-    Left to the Bayesian side of the package (the lead's): add its rows here.
+    PPCA(3) by NUTS (4 chains x 500 + 500) on n=1000, d=20: "first-ever" in a
+    fresh process with an empty compilation cache (``BAYESPCA_CACHE_DIR`` a
+    new directory), "warm cache" in a second fresh process on that directory,
+    "warm" a second fit in the same process. Then ``compare_n_components``
+    over k = 1..6 on the same data, fresh process, warm cache.
     """
-    return None
+    import tempfile
+
+    runs = {"first-ever": [], "warm cache": [], "warm": [], "compare": []}
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as cache:
+            env_cache = {"BAYESPCA_CACHE_DIR": cache}
+            first = json.loads(run_worker(_NUTS_WORKER, ["fit"], threads, env_cache))
+            second = json.loads(run_worker(_NUTS_WORKER, ["fit"], threads, env_cache))
+            compare = json.loads(run_worker(_NUTS_WORKER, ["compare"], threads, env_cache))
+        runs["first-ever"].append(first["first"])
+        runs["warm cache"].append(second["first"])
+        runs["warm"].append(second["warm"])
+        runs["compare"].append(compare["compare"])
+    print(f"\nNUTS, PPCA(3) on 1000 x 20, 4 chains x (500 + 500), threads={threads}, medians of {repeats}:")
+    for label, times in runs.items():
+        what = "compare_n_components k=1..6" if label == "compare" else f"fit, {label}"
+        print(f"  {what:<30} {np.median(times):8.2f} s")
 
 
 def main():

@@ -419,7 +419,7 @@ def test_selection_options_are_checked():
         PCA("variance", selection_options={"thresh": 0.5}).fit(X)
     with pytest.raises(ValueError, match="only used when n_components is a rule name"):
         PCA(0.9, selection_options={"threshold": 0.5}).fit(X)
-    with pytest.raises(ValueError, match="threshold is used by method in \\['variance'\\] only"):
+    with pytest.raises(ValueError, match=r"threshold is used by method in \['variance', 'parallel'\] only"):
         PCA("mle", selection_options={"threshold": 0.5}).fit(X)
     sel = PCA("variance", selection_options={"threshold": 0.5}).fit(X).selection_
     assert sel.threshold == 0.5

@@ -22,7 +22,7 @@ complex), with valid and invalid hyper-parameters. Hypothesis runs
 derandomized with a bounded number of examples, so the module is
 deterministic and takes about a minute.
 
-To add an estimator (the lead's PPCA and FactorAnalysis), add a
+To add an estimator, add a
 :class:`Spec` to :data:`REGISTRY`: a strategy that draws its
 hyper-parameters, how to build and fit it, the methods to call after the
 fit, and optionally a reference check and a scale-equivariance check.
@@ -43,13 +43,14 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import bayespca  # noqa: F401  (float64 JAX)
-from bayespca import PCA, KernelPCA, SparsePCA, select_n_components
+from bayespca import PCA, PPCA, FactorAnalysis, KernelPCA, SparsePCA, select_n_components
 from bayespca.kernels import Kernel
 from bayespca.linalg import SOLVERS as PCA_SOLVERS
+from bayespca.probabilistic import ledermann_bound
 from bayespca.selection import METHODS
 
 SCALES = (1e-150, 1e-8, 1e8, 1e150)
@@ -188,6 +189,38 @@ def _sparse_pca_params():
     )
 
 
+def _probabilistic_params(methods):
+    return _params(
+        {
+            "n_components": st.one_of(st.none(), st.integers(1, 7)),
+            "method": st.sampled_from(methods),
+            "noise_floor": st.sampled_from([1e-12, 1e-9, 1e-6]),
+            "tol": st.sampled_from([None, 1e-6]),
+            "max_iter": st.sampled_from([None, 3, 200]),
+        },
+        {"n_components": [0, 2.5, "two"], "method": ["nuts!", None], "noise_floor": [0.0, -1.0, np.nan],
+         "tol": [-1.0, "small"], "max_iter": [0, 1.5]},
+    )
+
+
+def _ppca_reference(est, values):
+    """Tipping and Bishop's closed form: sigma^2 is the mean of the discarded eigenvalues of the
+    covariance (NumPy's eigvalsh), wherever it is above the floor (complete data only)."""
+    n, d = values.shape
+    k = est.n_components_
+    if est.method_ != "closed_form" or k >= d or n < 2:
+        return
+    with np.errstate(over="ignore", invalid="ignore"):
+        centred = values - values.mean(0)
+        lam = np.linalg.eigvalsh(centred.T @ centred / n)[::-1]
+    if not np.all(np.isfinite(lam)):
+        return
+    sigma2 = lam[k:].mean()
+    rounding = 64 * n * d * np.finfo(float).eps * lam[0]
+    if sigma2 > 1e3 * rounding:
+        assert est.noise_variance_ == pytest.approx(sigma2, rel=1e-6, abs=rounding)
+
+
 def _selection_params():
     return _params({"method": st.sampled_from(METHODS), "standardize": st.booleans()},
                    {"method": ["bogus", None], "standardize": ["yes"]})
@@ -230,6 +263,8 @@ class Spec:
     reference: Callable[[object, np.ndarray], None] | None = None
 
 
+_PROBABILISTIC_METHODS = ("transform", "inverse_transform", "score_samples", "impute", "get_covariance",
+                          "get_precision")
 REGISTRY: dict[str, Spec] = {
     "PCA": Spec(_pca_params, _ignore_convergence(lambda p: PCA(**p)),
                 ("transform", "inverse_transform", "score_samples", "get_covariance", "get_precision"),
@@ -239,6 +274,10 @@ REGISTRY: dict[str, Spec] = {
     "SparsePCA": Spec(_sparse_pca_params, _ignore_convergence(lambda p: SparsePCA(**p)),
                       ("transform", "inverse_transform")),
     "select_n_components": Spec(_selection_params, _SelectionResult, ()),
+    "PPCA": Spec(lambda: _probabilistic_params(["auto", "closed_form", "em"]),
+                 _ignore_convergence(lambda p: PPCA(**p)), _PROBABILISTIC_METHODS, _ppca_reference),
+    "FactorAnalysis": Spec(lambda: _probabilistic_params(["auto", "em"]),
+                           _ignore_convergence(lambda p: FactorAnalysis(**p)), _PROBABILISTIC_METHODS),
 }
 
 # Errors an estimator documents; LinAlgError subclasses ValueError but comes from inside LAPACK.
@@ -321,6 +360,8 @@ test_pca_contract = _contract_test("PCA")
 test_kernel_pca_contract = _contract_test("KernelPCA")
 test_sparse_pca_contract = _contract_test("SparsePCA")
 test_select_n_components_contract = _contract_test("select_n_components")
+test_ppca_contract = _contract_test("PPCA")
+test_factor_analysis_contract = _contract_test("FactorAnalysis")
 
 
 # ----------------------------------------------------------------------------- scale equivariance
@@ -410,6 +451,29 @@ def test_selection_of_scaled_data_is_the_same(X, c, method):
             select_n_components(X * c, method)
         return
     assert select_n_components(X * c, method).n_components == ref.n_components
+
+
+@SETTINGS
+@given(X=generic_data(), c=st.sampled_from(SCALES), model=st.sampled_from([PPCA, FactorAnalysis]))
+def test_probabilistic_fit_of_scaled_data_is_the_scaled_fit(X, c, model):
+    # pPCA and FA are equivariant: W scales as x, the noise variances as x^2, the log-likelihood
+    # shifts by -(number of entries) log c, and the scores are unchanged.
+    k = max(1, min(X.shape[1] - 1, X.shape[0] - 2))
+    if model is FactorAnalysis:  # only an identified factor model has one answer to compare
+        assume(ledermann_bound(X.shape[1]) >= 1)
+        k = min(k, ledermann_bound(X.shape[1]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ref = model(k).fit(X)
+        ours = model(k).fit(X * c)
+    cov = ref.get_covariance()
+    np.testing.assert_allclose(ours.get_covariance() / c**2, cov, rtol=1e-7, atol=1e-7 * np.abs(cov).max())
+    assert ours.log_likelihood_ + X.size * np.log(c) == pytest.approx(ref.log_likelihood_, rel=1e-7,
+                                                                      abs=1e-7 * X.size)
+    if len(getattr(ref, "heywood_features_", ())) == 0:  # scores divide by psi: ill-posed at the floor
+        Z, Zref = ours.transform(X * c), ref.transform(X)
+        atol = 1e-6 * np.abs(Zref).max(initial=1.0)
+        np.testing.assert_allclose(np.abs(Z), np.abs(Zref), rtol=1e-6, atol=atol)
 
 
 # ----------------------------------------------------------------------------- reproducers

@@ -293,6 +293,8 @@ def _scaled_gradient(prof: Profile, free) -> float:
 
 def _newton_direction(hess, gradient):
     """``-H^{-1} g`` with ``H`` made positive definite (eigenvalues raised to a fraction of the largest)."""
+    if gradient.size == 0:  # every coordinate held at its bound
+        return np.zeros(0)
     try:  # the usual case near an optimum, at a third of the cost
         chol = np.linalg.cholesky(hess)
         if np.min(np.diag(chol)) ** 2 > 1e-8 * max(float(np.max(np.diag(hess))), 1.0):
@@ -552,6 +554,11 @@ def fit_covariance(
     corr = cov[np.ix_(live, live)] / np.outer(sd, sd)
     np.fill_diagonal(corr, 1.0)
     lower = np.log(floor[live] / var[live])
+    if not live.any():  # constant data: nothing to explain, every psi at its floor
+        psi = np.array(floor, dtype=float)
+        shift = float(np.sum(np.log(psi)))  # log|Psi| + tr(Psi^-1 S), S = 0
+        return CovarianceFit(np.zeros((d, k)), psi, np.array([shift]), 0, True, 0.0, [shift],
+                             np.ones(d, bool))
     corr = correlation(corr)
     if starts is None:
         runs, best = _multistart(corr, k, lower, n_starts, as_generator(random_state), tol, max_iter)

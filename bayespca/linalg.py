@@ -287,15 +287,16 @@ def svd_full(X: np.ndarray, mean: np.ndarray) -> SVD:
     return SVD(s, vt, scores, float(np.sum(s**2)))
 
 
-def eigh_top(matrix: np.ndarray, n_components: int | None, *, clip: bool = True):
+def eigh_top(matrix: np.ndarray, n_components: int | None, *, clip: bool = True, overwrite: bool = False):
     """Leading eigenpairs of a symmetric matrix, descending, eigenvalues clipped at zero if ``clip``.
 
     Clipping is for PSD matrices, whose negative eigenvalues are rounding.
-    Only the requested ``n_components`` pairs are computed (LAPACK ``evr``);
-    ``matrix`` is overwritten. ``evr`` can return fewer pairs than asked
-    (it does on matrices with a highly multiple eigenvalue, such as a
-    centred identity); the full divide-and-conquer ``evd`` then runs on a
-    saved copy.
+    Only the requested ``n_components`` pairs are computed (LAPACK ``evr``).
+    ``matrix`` is left as it is unless ``overwrite`` (then LAPACK may use it
+    as work space: only for a temporary; a column-major matrix is otherwise
+    overwritten in place). ``evr`` can return fewer pairs than asked (it
+    does on matrices with a highly multiple eigenvalue, such as a centred
+    identity); the full divide-and-conquer ``evd`` then runs on a copy.
 
     Examples
     --------
@@ -306,14 +307,14 @@ def eigh_top(matrix: np.ndarray, n_components: int | None, *, clip: bool = True)
     if n_components == 0:
         return np.zeros(0), np.zeros((size, 0))
     if n_components is None or n_components >= size:
-        evals, evecs = scipy.linalg.eigh(matrix, check_finite=False, overwrite_a=True, driver="evd")
+        evals, evecs = scipy.linalg.eigh(matrix, check_finite=False, overwrite_a=overwrite, driver="evd")
     else:
-        saved = matrix.copy()
+        saved = matrix.copy() if overwrite else matrix
         evals, evecs = scipy.linalg.eigh(
             matrix,
             subset_by_index=(size - n_components, size - 1),
             check_finite=False,
-            overwrite_a=True,
+            overwrite_a=overwrite,
             driver="evr",
         )
         if evals.shape[0] < n_components:

@@ -391,8 +391,10 @@ def _low_rank_model(
     n, d = _shape(X, suff_stats, n_samples, n_features, latent, subsample_size)
     if k > d:
         raise ValueError(f"n_components must be at most n_features={d}; got {k}.")
-    scales = prior_classes.data_scales(X, suff_stats, d)
-    p = prior_classes.resolve(prior_classes.as_priors(prior), noise, scales)
+    given = prior_classes.as_priors(prior)
+    residual = noise == "diagonal" and given.noise is None  # u_j: only FA's default noise prior reads it
+    scales = prior_classes.data_scales(X, suff_stats, d, residual=residual)
+    p = prior_classes.resolve(given, noise, scales)
     ident = identification_for(identification, noise, p.loadings)
     if X is None and suff_stats is None:
         ident = "none"  # prior predictive: W from its prior (see the module docstring)

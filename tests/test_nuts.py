@@ -74,14 +74,16 @@ def _reference_log_posterior(kind, identification, prior, theta, X):
         lp += stats.halfnorm(scale=overall).logpdf(sigma) + theta["sigma"]  # Jacobian of exp
     else:
         psi = np.exp(theta["psi"])
-        lp += (stats.halfnorm(scale=s**2).logpdf(psi) + theta["psi"]).sum()
+        u = 1.0 / np.diag(np.linalg.inv(np.cov(X.T, bias=True)))  # residual variance on the others
+        lp += (stats.invgamma(2.5, scale=1.5 * u).logpdf(psi) + theta["psi"]).sum()
     if identification == "polar":
         z = theta["Z"]
         u = z @ np.linalg.inv(np.linalg.cholesky(z.T @ z)).T
         gaps = np.exp(theta["log_gaps"])
         scales = np.cumsum(gaps[::-1])[::-1]
         w = u * scales
-        lp += theta["log_gaps"].sum() - np.sum((z.T @ z - np.eye(k)) ** 2) / (8 * 0.2**2)
+        g = z.T @ z
+        lp += theta["log_gaps"].sum() - 8.0 * (np.trace(g) - np.linalg.slogdet(g)[1] - k)
         if not isinstance(prior, ARD):  # the SVD volume element, for rotation-invariant priors
             lp += (d - k) * np.log(scales).sum() + np.log(scales[0] ** 2 - scales[1] ** 2)
     elif identification == "lower_triangular":

@@ -434,7 +434,11 @@ def fit_nuts(
     if isinstance(priors.loadings, prior_classes.Horseshoe):
         priors.loadings.check(d)
     stats = prepared.stats if prepared.missing is None else prepared.patterns
-    resolved = prior_classes.resolve(priors, noise, prior_classes.data_scales(suff_stats=stats, n_features=d))
+    scales = prior_classes.data_scales(suff_stats=stats, n_features=d, residual=noise == "diagonal")
+    resolved = prior_classes.resolve(priors, noise, scales)
+    # The noise prior resolved once here: FA's default takes an eigendecomposition (d x d) of the data
+    # that the model would otherwise repeat at every gradient.
+    priors = priors._replace(noise=resolved.noise)
     loadings = jax.tree.map(np.asarray, resolved.loadings)
     identification = identification_for(spec.identification, noise, loadings)
 

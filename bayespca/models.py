@@ -21,8 +21,8 @@ user gets the same posterior with NumPyro's own MCMC::
 Identification. ``W`` is identified only up to ``W R`` (``R`` orthogonal).
 ``identification`` picks the coordinates the model samples ``W`` in:
 
-``"polar"`` (pPCA default)
-    ``W = U diag(l)``, ``U = Z L^{-T}`` with ``Z^T Z = L L^T`` the
+``"polar"`` (the default)
+    ``W = D U diag(l)``, ``U = Z L^{-T}`` with ``Z^T Z = L L^T`` the
     orthonormal factor of an unconstrained ``d x k`` site ``"Z"`` whose
     density depends on ``Z^T Z`` only (concentrated near the Stiefel
     manifold, :func:`expansion_log_density`), so ``U`` is uniform on the Stiefel
@@ -34,7 +34,15 @@ Identification. ``W`` is identified only up to ``W R`` (``R`` orthogonal).
     posterior of ``W W^T`` is exactly that of the unconstrained model. For
     other priors (ARD, :class:`bayespca.priors.Custom`) the density is
     ``p(U diag(l))`` with respect to Haar measure and Lebesgue measure on ``l``.
-``"lower_triangular"`` (FA default)
+    ``D`` is fixed: ``I`` for pPCA (``l^2`` are then the eigenvalues of
+    ``W W^T``), ``diag(s_j)`` (the features' standard deviations) for FA, so
+    that the map is the SVD of ``D^{-1} W`` (its Jacobian ``|D|^k`` a
+    constant) and the sampler sees the same geometry in any units of the
+    features (unscaled, ``U`` follows the feature of largest raw variance).
+    For FA it mixes better than ``"lower_triangular"`` (benchmarks/bench_nuts_real.py,
+    diabetes and wine, k = 1 and 4, 5 seeds: 23 of 25 fits with R-hat < 1.01 and
+    bulk ESS > 400 against 18, 0 divergent transitions against 430).
+``"lower_triangular"``
     ``W_jl = 0`` for ``l > j`` and ``W_jj > 0`` (sites ``"W_lower"`` and
     ``"W_log_diag"``). ``W = L Q`` with ``Q`` orthogonal has volume element
     ``prod_j L_jj^(k-1-j)`` (0-based ``j``), included for rotation-invariant
@@ -96,7 +104,7 @@ jax.tree_util.register_dataclass(
     MissingPatterns, data_fields=["columns", "stats", "X", "observed"], meta_fields=["n_features"]
 )
 
-DEFAULT_IDENTIFICATION = {"isotropic": "polar", "diagonal": "lower_triangular"}
+DEFAULT_IDENTIFICATION = {"isotropic": "polar", "diagonal": "polar"}
 _LATENTS = ("marginal", "explicit")
 _NOISE_SITE = {"isotropic": "sigma", "diagonal": "psi"}
 # Concentration of the density of the polar expansion (see expansion_log_density).
@@ -112,7 +120,7 @@ def identification_for(identification: str | None, noise: str, loadings: Any) ->
     Examples
     --------
     >>> identification_for(None, "diagonal", prior_classes.Normal())
-    'lower_triangular'
+    'polar'
     """
     if identification is not None and identification not in IDENTIFICATIONS:
         raise ValueError(
@@ -172,7 +180,7 @@ def lower_triangular(w: np.ndarray) -> np.ndarray:
     return lt * np.where(np.diag(lt) < 0, -1.0, 1.0)
 
 
-def _polar_loadings(prior, d, k, noise, n):
+def _polar_loadings(prior, d, k, noise, n, row_scale):
     z = numpyro.sample("Z", dist.ImproperUniform(constraints.real, (), (d, k)))
     log_gaps = numpyro.sample("log_gaps", dist.ImproperUniform(constraints.real, (), (k,)))
     chol = jnp.linalg.cholesky(z.T @ z)
@@ -184,7 +192,7 @@ def _polar_loadings(prior, d, k, noise, n):
         i, j = np.triu_indices(k, 1)
         log_volume += (d - k) * jnp.sum(jnp.log(scales))
         log_volume += jnp.sum(jnp.log(scales[i] - scales[j]) + jnp.log(scales[i] + scales[j]))
-    w = u * scales
+    w = row_scale[:, None] * (u * scales)
     numpyro.factor("W_volume", log_volume)
     numpyro.factor("W_prior", prior.log_density(w, noise, n))
     return w
@@ -205,7 +213,7 @@ def _lower_triangular_loadings(prior, d, k, noise, n):
 
 
 def initial_values(
-    identification: str, prior: Any, g: LowRankGaussian, noise: str, n: int
+    identification: str, prior: Any, g: LowRankGaussian, noise: str, n: int, row_scale: Any = None
 ) -> dict:
     """Constrained values of every latent site that give the parameters ``g`` (a start for NUTS or SVI).
 
@@ -218,6 +226,9 @@ def initial_values(
         ``(W, noise variances, mu)``, NumPy.
     noise : {"isotropic", "diagonal"}
     n : int
+    row_scale : array of shape (d,), optional
+        ``D`` of the polar map (FA: the features' standard deviations, as
+        the model computes them from its data); None: ``I``.
 
     Returns
     -------
@@ -227,10 +238,14 @@ def initial_values(
     w, psi, mu = (np.asarray(a, dtype=float) for a in g)
     values = {"mu": mu, _NOISE_SITE[noise]: np.sqrt(psi[0]) if noise == "isotropic" else psi}
     if identification == "polar":
-        scales = np.linalg.norm(w, axis=0)
-        order = np.argsort(-scales, kind="stable")
-        w, scales = w[:, order], scales[order]
-        values["Z"] = _orthonormal_columns(w, scales)
+        row_scale = np.ones(w.shape[0]) if row_scale is None else np.asarray(row_scale, dtype=float)
+        # D^{-1} W = U diag(l) V^T: the polar coordinates of W V, which has the same W W^T.
+        u, scales, vt = np.linalg.svd(w / row_scale[:, None], full_matrices=False)
+        # Signs such that orthogonal columns (V a permutation) keep theirs.
+        flip = np.where(vt[np.arange(len(vt)), np.argmax(np.abs(vt), axis=1)] < 0, -1.0, 1.0)
+        u, vt = u * flip, vt * flip[:, None]
+        w = w @ vt.T
+        values["Z"] = u
         gaps = -np.diff(np.append(scales, 0.0))  # l_j - l_{j+1}, with l_{k+1} = 0
         values["log_gaps"] = np.log(np.maximum(gaps, 1e-3 * max(scales[0], 1e-12)))
     elif identification == "lower_triangular":
@@ -243,17 +258,6 @@ def initial_values(
     else:
         values.update(prior.start(w, psi, n))
     return values
-
-
-def _orthonormal_columns(w: np.ndarray, scales: np.ndarray) -> np.ndarray:
-    """``w`` with unit columns; columns of (near) zero norm replaced by an orthonormal completion."""
-    tiny = scales <= 1e-8 * max(float(scales.max()), np.finfo(float).tiny)
-    u = w / np.where(tiny, 1.0, scales)
-    if tiny.any():
-        u[:, tiny] = np.eye(w.shape[0])[:, : tiny.sum()]
-        q, r = np.linalg.qr(u)
-        u = q * np.where(np.diag(r) < 0, -1.0, 1.0)
-    return u
 
 
 def marginal_log_likelihood(g: LowRankGaussian, stats: Any) -> jax.Array:
@@ -405,7 +409,8 @@ def _low_rank_model(
     else:
         psi = numpyro.sample("psi", p.noise)
     if ident == "polar":
-        W = numpyro.deterministic("W", _polar_loadings(p.loadings, d, k, psi, scales.n))
+        row_scale = jnp.ones(d) if noise == "isotropic" else scales.sd
+        W = numpyro.deterministic("W", _polar_loadings(p.loadings, d, k, psi, scales.n, row_scale))
     elif ident == "lower_triangular":
         W = numpyro.deterministic("W", _lower_triangular_loadings(p.loadings, d, k, psi, scales.n))
     else:

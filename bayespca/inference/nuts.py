@@ -27,7 +27,10 @@ posterior; this runner adds three things that make it fast:
    9 s for the first fit, under 1 s for the next).
 
 After sampling, draws of ``W`` are identified for reporting: ``"polar"``
-fixes each column's sign by its inner product with the ML loadings,
+fixes each column's sign by its inner product with the ML loadings (for FA
+after rotating each draw to ``factanal``'s orientation, ``W^T Psi^{-1} W``
+diagonal and decreasing: a function of ``W W^T`` and ``Psi``, so identified,
+and the orientation of the ML loadings it is compared with),
 ``"procrustes"`` rotates each draw onto them
 (:func:`bayespca.rotations.procrustes`), and the horseshoe aligns draws by
 signed permutations of the columns (:meth:`bayespca.priors.Horseshoe.align`,
@@ -49,7 +52,7 @@ from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
 from bayespca import priors as prior_classes
 from bayespca.cache import enable_compilation_cache
-from bayespca.gaussian import LowRankGaussian
+from bayespca.gaussian import LowRankGaussian, canonical_loadings
 from bayespca.inference.contract import Draws, Fit, ModelSpec
 from bayespca.models import MODELS, identification_for, initial_values, marginal_log_likelihood
 from bayespca.params import as_key, check_bool, check_choice, check_number
@@ -331,13 +334,22 @@ def _rough_scales(start: dict, n: int, variances: np.ndarray) -> jax.Array:
     return ravel_pytree(scales)[0]
 
 
-def _identify(w: np.ndarray, reference: np.ndarray, identification: str) -> np.ndarray:
-    """Post-hoc alignment of draws ``w`` (m, d, k) to the reference loadings."""
+def _identify(w: np.ndarray, reference: np.ndarray, identification: str, psi: Any = None) -> np.ndarray:
+    """Post-hoc alignment of draws ``w`` (m, d, k) to the reference loadings.
+
+    With FA's ``psi`` (m, d) and ``"polar"``, each draw is first rotated to
+    ``Psi^{1/2} U S`` from the SVD ``Psi^{-1/2} W = U S V^T`` (``factanal``'s
+    orientation, that of :func:`bayespca.gaussian.canonical_loadings`).
+    """
     if identification == "procrustes":
         from bayespca.rotations import procrustes
 
         return procrustes(w, reference)[0]
     if identification == "polar":
+        if psi is not None:
+            sd = np.sqrt(psi)[:, :, None]
+            u, s, _ = np.linalg.svd(w / sd, full_matrices=False)
+            w = sd * (u * s[:, None, :])
         # Columns are ordered by scale; only their signs are free.
         signs = np.where(np.einsum("mdk,dk->mk", w, reference) < 0, -1.0, 1.0)
         return w * signs[:, None, :]
@@ -458,8 +470,12 @@ def fit_nuts(
         from bayespca.models import lower_triangular
 
         reference_w = lower_triangular(reference_w)
+    elif identification == "polar" and noise == "diagonal":
+        reference_w = np.asarray(canonical_loadings(ml).loadings)
     start_point = LowRankGaussian(reference_w, np.asarray(ml.noise), np.asarray(ml.mean))
-    values = initial_values(identification, loadings, start_point, noise, n)
+    # D of FA's polar map: the features' sds, as the model computes them from the same statistics.
+    row_scale = np.asarray(scales.sd) if noise == "diagonal" else None
+    values = initial_values(identification, loadings, start_point, noise, n, row_scale)
     if reparam is not None:
         values["W_z"] = np.where(reparam.centred, reference_w / reparam.standard_error, values["W_z"])
     data = {"prior": priors, "stats": stats, "reparam": reparam}
@@ -507,7 +523,7 @@ def _draws(sites, extra, identification, reference_w, start_point, noise, shape)
         prior_extra["kappa"] = kappa.reshape(*shape, d, k)
         identification = "signed_permutation"
     else:
-        w = _identify(w, reference_w, identification)
+        w = _identify(w, reference_w, identification, None if noise == "isotropic" else psi)
     if "alpha" in sites:
         prior_extra["alpha"] = sites["alpha"].reshape(*shape, k)
     n_steps = np.asarray(extra["num_steps"]).astype(int)

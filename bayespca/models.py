@@ -21,11 +21,11 @@ user gets the same posterior with NumPyro's own MCMC::
 Identification. ``W`` is identified only up to ``W R`` (``R`` orthogonal).
 ``identification`` picks the coordinates the model samples ``W`` in:
 
-``"polar"`` (pPCA default)
-    ``W = U diag(l)``, ``U = Z L^{-T}`` with ``Z^T Z = L L^T`` the
+``"polar"`` (the default)
+    ``W = D U diag(l)``, ``U = Z L^{-T}`` with ``Z^T Z = L L^T`` the
     orthonormal factor of an unconstrained ``d x k`` site ``"Z"`` whose
-    density depends on ``Z^T Z`` only (a thin shell around the Stiefel
-    manifold, :func:`shell_log_density`), so ``U`` is uniform on the Stiefel
+    density depends on ``Z^T Z`` only (concentrated near the Stiefel
+    manifold, :func:`expansion_log_density`), so ``U`` is uniform on the Stiefel
     manifold, and ``l_1 > ... > l_k > 0`` from the site ``"log_gaps"``
     (``l_j = sum_{i >= j} exp(g_i)``). ``U diag(l) V^T`` is the SVD of an
     unconstrained ``W`` whose ``V`` is integrated out: for a rotation-
@@ -34,7 +34,15 @@ Identification. ``W`` is identified only up to ``W R`` (``R`` orthogonal).
     posterior of ``W W^T`` is exactly that of the unconstrained model. For
     other priors (ARD, :class:`bayespca.priors.Custom`) the density is
     ``p(U diag(l))`` with respect to Haar measure and Lebesgue measure on ``l``.
-``"lower_triangular"`` (FA default)
+    ``D`` is fixed: ``I`` for pPCA (``l^2`` are then the eigenvalues of
+    ``W W^T``), ``diag(s_j)`` (the features' standard deviations) for FA, so
+    that the map is the SVD of ``D^{-1} W`` (its Jacobian ``|D|^k`` a
+    constant) and the sampler sees the same geometry in any units of the
+    features (unscaled, ``U`` follows the feature of largest raw variance).
+    For FA it mixes better than ``"lower_triangular"`` (benchmarks/bench_nuts_real.py,
+    diabetes and wine, k = 1 and 4, 5 seeds: 23 of 25 fits with R-hat < 1.01 and
+    bulk ESS > 400 against 18, 0 divergent transitions against 430).
+``"lower_triangular"``
     ``W_jl = 0`` for ``l > j`` and ``W_jj > 0`` (sites ``"W_lower"`` and
     ``"W_log_diag"``). ``W = L Q`` with ``Q`` orthogonal has volume element
     ``prod_j L_jj^(k-1-j)`` (0-based ``j``), included for rotation-invariant
@@ -87,7 +95,7 @@ __all__ = [
     "lower_triangular",
     "marginal_log_likelihood",
     "ppca",
-    "shell_log_density",
+    "expansion_log_density",
 ]
 
 # The data reach compiled samplers as arguments: one compilation serves every data set with the
@@ -96,11 +104,11 @@ jax.tree_util.register_dataclass(
     MissingPatterns, data_fields=["columns", "stats", "X", "observed"], meta_fields=["n_features"]
 )
 
-DEFAULT_IDENTIFICATION = {"isotropic": "polar", "diagonal": "lower_triangular"}
+DEFAULT_IDENTIFICATION = {"isotropic": "polar", "diagonal": "polar"}
 _LATENTS = ("marginal", "explicit")
 _NOISE_SITE = {"isotropic": "sigma", "diagonal": "psi"}
-# Width of the radial part of the polar expansion (see shell_log_density).
-_SHELL_WIDTH = 0.2
+# Concentration of the density of the polar expansion (see expansion_log_density).
+_EXPANSION_CONCENTRATION = 8.0
 
 
 def identification_for(identification: str | None, noise: str, loadings: Any) -> str:
@@ -112,7 +120,7 @@ def identification_for(identification: str | None, noise: str, loadings: Any) ->
     Examples
     --------
     >>> identification_for(None, "diagonal", prior_classes.Normal())
-    'lower_triangular'
+    'polar'
     """
     if identification is not None and identification not in IDENTIFICATIONS:
         raise ValueError(
@@ -130,24 +138,32 @@ def identification_for(identification: str | None, noise: str, loadings: Any) ->
     return identification
 
 
-def shell_log_density(z: jax.Array) -> jax.Array:
+def expansion_log_density(chol: jax.Array) -> jax.Array:
     """Log-density of the expanded matrix ``Z`` of the polar identification, up to a constant.
 
-    Any density of the form ``g(Z^T Z)`` is invariant under ``Z -> Q Z``
-    (``Q`` orthogonal), so ``U = Z (Z^T Z)^{-1/2}``-type factors are uniform
-    on the Stiefel manifold and independent of ``Z^T Z``; ``g`` only sets how
-    the redundant, data-free ``Z^T Z`` moves. ``Z ~ N(0, I)`` would let it
-    come near singular when ``d`` is small, where the scale of ``U`` in
-    ``Z`` coordinates shrinks (a funnel); ``g(G) = exp(-|G - I|_F^2 / (8 w^2))``
-    with ``w = 0.2`` keeps ``Z`` in a thin shell.
+    ``chol`` is the Cholesky factor ``L`` of ``G = Z^T Z``. Any density of
+    the form ``g(G)`` is invariant under ``Z -> Q Z`` (``Q`` orthogonal), so
+    ``U = Z L^{-T}`` is uniform on the Stiefel manifold and independent of
+    ``G``; ``g`` only sets how the redundant, data-free ``G`` moves:
+
+        log g(G) = -c (tr G - log det G - k),   c = 8.
+
+    Each eigenvalue ``g_i`` of ``G`` feels ``-c (g_i - log g_i - 1)``: zero
+    at ``G = I``, a log barrier as ``Z`` loses rank (where ``U`` would turn
+    fast in ``Z`` coordinates: a funnel) and quadratic growth outwards. (A
+    thin shell ``-|G - I|^2 / (8 * 0.2^2)`` charged 3.1 nats for a collapsed
+    eigenvalue and grew quartically; on iris, k=3, the divergent transitions
+    sat at eigenvalues of ``G`` from 0.03 to 670.) With respect to Lebesgue
+    measure on ``Z``, ``G`` is Wishart with ``d + 2c`` degrees of freedom and
+    scale ``I / (2c)``.
 
     Examples
     --------
-    >>> abs(float(shell_log_density(jnp.eye(3)[:, :2])))
+    >>> abs(float(expansion_log_density(jnp.eye(2))))
     0.0
     """
-    gram_dev = z.T @ z - jnp.eye(z.shape[1])
-    return -jnp.sum(gram_dev**2) / (8 * _SHELL_WIDTH**2)
+    k = chol.shape[-1]
+    return -_EXPANSION_CONCENTRATION * (jnp.sum(chol * chol) - 2.0 * jnp.sum(jnp.log(jnp.diag(chol))) - k)
 
 
 def lower_triangular(w: np.ndarray) -> np.ndarray:
@@ -164,19 +180,19 @@ def lower_triangular(w: np.ndarray) -> np.ndarray:
     return lt * np.where(np.diag(lt) < 0, -1.0, 1.0)
 
 
-def _polar_loadings(prior, d, k, noise, n):
+def _polar_loadings(prior, d, k, noise, n, row_scale):
     z = numpyro.sample("Z", dist.ImproperUniform(constraints.real, (), (d, k)))
     log_gaps = numpyro.sample("log_gaps", dist.ImproperUniform(constraints.real, (), (k,)))
     chol = jnp.linalg.cholesky(z.T @ z)
     u = solve_triangular(chol, z.T, lower=True).T  # Z L^{-T}: orthonormal columns
     # Decreasing positive scales as a reversed cumulative sum of exponentials.
     scales = jnp.cumsum(jnp.exp(log_gaps)[::-1])[::-1]
-    log_volume = jnp.sum(log_gaps) + shell_log_density(z)
+    log_volume = jnp.sum(log_gaps) + expansion_log_density(chol)
     if prior.rotation_invariant:
         i, j = np.triu_indices(k, 1)
         log_volume += (d - k) * jnp.sum(jnp.log(scales))
         log_volume += jnp.sum(jnp.log(scales[i] - scales[j]) + jnp.log(scales[i] + scales[j]))
-    w = u * scales
+    w = row_scale[:, None] * (u * scales)
     numpyro.factor("W_volume", log_volume)
     numpyro.factor("W_prior", prior.log_density(w, noise, n))
     return w
@@ -197,7 +213,7 @@ def _lower_triangular_loadings(prior, d, k, noise, n):
 
 
 def initial_values(
-    identification: str, prior: Any, g: LowRankGaussian, noise: str, n: int
+    identification: str, prior: Any, g: LowRankGaussian, noise: str, n: int, row_scale: Any = None
 ) -> dict:
     """Constrained values of every latent site that give the parameters ``g`` (a start for NUTS or SVI).
 
@@ -210,6 +226,9 @@ def initial_values(
         ``(W, noise variances, mu)``, NumPy.
     noise : {"isotropic", "diagonal"}
     n : int
+    row_scale : array of shape (d,), optional
+        ``D`` of the polar map (FA: the features' standard deviations, as
+        the model computes them from its data); None: ``I``.
 
     Returns
     -------
@@ -219,10 +238,14 @@ def initial_values(
     w, psi, mu = (np.asarray(a, dtype=float) for a in g)
     values = {"mu": mu, _NOISE_SITE[noise]: np.sqrt(psi[0]) if noise == "isotropic" else psi}
     if identification == "polar":
-        scales = np.linalg.norm(w, axis=0)
-        order = np.argsort(-scales, kind="stable")
-        w, scales = w[:, order], scales[order]
-        values["Z"] = _orthonormal_columns(w, scales)
+        row_scale = np.ones(w.shape[0]) if row_scale is None else np.asarray(row_scale, dtype=float)
+        # D^{-1} W = U diag(l) V^T: the polar coordinates of W V, which has the same W W^T.
+        u, scales, vt = np.linalg.svd(w / row_scale[:, None], full_matrices=False)
+        # Signs such that orthogonal columns (V a permutation) keep theirs.
+        flip = np.where(vt[np.arange(len(vt)), np.argmax(np.abs(vt), axis=1)] < 0, -1.0, 1.0)
+        u, vt = u * flip, vt * flip[:, None]
+        w = w @ vt.T
+        values["Z"] = u
         gaps = -np.diff(np.append(scales, 0.0))  # l_j - l_{j+1}, with l_{k+1} = 0
         values["log_gaps"] = np.log(np.maximum(gaps, 1e-3 * max(scales[0], 1e-12)))
     elif identification == "lower_triangular":
@@ -235,17 +258,6 @@ def initial_values(
     else:
         values.update(prior.start(w, psi, n))
     return values
-
-
-def _orthonormal_columns(w: np.ndarray, scales: np.ndarray) -> np.ndarray:
-    """``w`` with unit columns; columns of (near) zero norm replaced by an orthonormal completion."""
-    tiny = scales <= 1e-8 * max(float(scales.max()), np.finfo(float).tiny)
-    u = w / np.where(tiny, 1.0, scales)
-    if tiny.any():
-        u[:, tiny] = np.eye(w.shape[0])[:, : tiny.sum()]
-        q, r = np.linalg.qr(u)
-        u = q * np.where(np.diag(r) < 0, -1.0, 1.0)
-    return u
 
 
 def marginal_log_likelihood(g: LowRankGaussian, stats: Any) -> jax.Array:
@@ -383,8 +395,10 @@ def _low_rank_model(
     n, d = _shape(X, suff_stats, n_samples, n_features, latent, subsample_size)
     if k > d:
         raise ValueError(f"n_components must be at most n_features={d}; got {k}.")
-    scales = prior_classes.data_scales(X, suff_stats, d)
-    p = prior_classes.resolve(prior_classes.as_priors(prior), noise, scales)
+    given = prior_classes.as_priors(prior)
+    residual = noise == "diagonal" and given.noise is None  # u_j: only FA's default noise prior reads it
+    scales = prior_classes.data_scales(X, suff_stats, d, residual=residual)
+    p = prior_classes.resolve(given, noise, scales)
     ident = identification_for(identification, noise, p.loadings)
     if X is None and suff_stats is None:
         ident = "none"  # prior predictive: W from its prior (see the module docstring)
@@ -395,7 +409,8 @@ def _low_rank_model(
     else:
         psi = numpyro.sample("psi", p.noise)
     if ident == "polar":
-        W = numpyro.deterministic("W", _polar_loadings(p.loadings, d, k, psi, scales.n))
+        row_scale = jnp.ones(d) if noise == "isotropic" else scales.sd
+        W = numpyro.deterministic("W", _polar_loadings(p.loadings, d, k, psi, scales.n, row_scale))
     elif ident == "lower_triangular":
         W = numpyro.deterministic("W", _lower_triangular_loadings(p.loadings, d, k, psi, scales.n))
     else:

@@ -27,11 +27,24 @@ class               prior on ``W``
 :class:`Custom`     any NumPyro distribution broadcasting to (d, k)
 ==================  ==========================================================
 
-``s_j`` is the standard deviation of feature ``j``, ``m_j`` its mean and
-``s = sqrt(mean_j s_j^2)`` (:func:`data_scales`). The default noise and mean
-priors are ``sigma ~ HalfNormal(s)`` (pPCA), ``psi_j ~ HalfNormal(s_j^2)``
-(FA) and ``mu_j ~ N(m_j, (10 s_j)^2)``: weakly informative whatever the
-units, and equivariant (the posterior of ``c X`` is that of ``X`` scaled).
+``s_j`` is the standard deviation of feature ``j``, ``m_j`` its mean,
+``s = sqrt(mean_j s_j^2)`` and ``u_j = s_j^2 / (R^{-1})_jj`` the variance of
+feature ``j`` that the other features do not explain (``R`` the data's
+correlation matrix; :func:`data_scales`). The default noise and mean priors
+are ``sigma ~ HalfNormal(s)`` (pPCA), ``psi_j ~ InvGamma(2.5, 1.5 u_j)``
+(FA; mean ``u_j``) and ``mu_j ~ N(m_j, (10 s_j)^2)``: weakly informative
+whatever the units, and equivariant (the posterior of ``c X`` is that of
+``X`` scaled).
+
+FA's uniquenesses get an inverse gamma rather than a half-normal because a
+half-normal is largest at ``psi_j = 0``, where a Heywood case keeps the
+likelihood finite while the loadings' posterior width shrinks like
+``sqrt(psi_j / n)``: a funnel in which NUTS chains stick. The inverse gamma
+vanishes faster than any power at 0, is centred on ``u_j`` (which bounds
+``psi_j`` in any exact factor decomposition ``S = W W^T + Psi``) and has a
+``psi^-3.5`` right tail, so the data can put ``psi_j`` far above ``u_j`` (as
+they do at small ``k``). Shape 2.5 follows Frühwirth-Schnatter and Lopes
+(2018), Sparse Bayesian factor analysis when the number of factors is unknown.
 
 Adding a prior means adding one class here.
 """
@@ -75,19 +88,28 @@ PRIOR_NAMES = ("flat", "ard", "horseshoe")
 _MEAN_PRIOR_WIDTH = 10.0
 # Equal-tailed posterior interval behind the horseshoe's loadings_interval_ and support_.
 _SUPPORT_PROB = 0.9
+# FA's default psi_j ~ InvGamma(a, (a - 1) u_j), prior mean u_j: a = 2.5 keeps psi_j off 0.
+_UNIQUENESS_SHAPE = 2.5
+# Eigenvalue floor of the correlation matrix behind u_j, so u_j >= 0.01 s_j^2 (also when n <= d).
+_CORRELATION_FLOOR = 0.01
 
 
 class DataScales(NamedTuple):
-    """Column means ``m_j``, standard deviations ``s_j``, root mean variance ``s`` and row count ``n``.
+    """The data's numbers behind the default priors: ``m_j``, ``s_j``, ``s``, ``n`` and ``u_j``.
+
+    Column means ``m_j``, standard deviations ``s_j``, root mean variance
+    ``s``, row count ``n`` and residual variances ``u_j`` (:func:`data_scales`).
 
     Zero ``s_j`` (constant or unobserved columns) are replaced by ``s``, and
-    a zero ``s`` by 1; without data, ``m = 0``, ``s_j = s = 1`` and ``n = 1``.
+    a zero ``s`` by 1; without data, ``m = 0``, ``s_j = s = u_j = 1`` and
+    ``n = 1``. ``residual`` is None when :func:`data_scales` was told not to compute it.
     """
 
     mean: Any
     sd: Any
     overall: Any
     n: Any
+    residual: Any = None
 
 
 def _pooled_moments(patterns: MissingPatterns, d: int):
@@ -109,8 +131,57 @@ def _pooled_moments(patterns: MissingPatterns, d: int):
     return rows, mean, square / count - mean**2
 
 
-def data_scales(X: Any = None, suff_stats: Any = None, n_features: int | None = None) -> DataScales:
+def _pairwise_covariance(X: Any, suff_stats: Any, mean: jax.Array) -> jax.Array:
+    """Covariances around the column means ``mean``, each over the rows where both entries are observed.
+
+    Pairs never observed together get 0. Traceable.
+    """
+    if isinstance(suff_stats, SufficientStatistics):
+        return jnp.asarray(suff_stats.scatter) / suff_stats.n
+    if isinstance(suff_stats, MissingPatterns) and suff_stats.X is None:
+        d = mean.shape[0]
+        count, cross = jnp.zeros((d, d)), jnp.zeros((d, d))
+        for cols, s in zip(suff_stats.columns, suff_stats.stats, strict=True):
+            block = (cols[:, None], cols[None, :])
+            # A pattern's rows contribute its scatter plus n_p times the outer product of its mean's offset.
+            offset = s.mean - mean[cols]
+            count = count.at[block].add(s.n)
+            cross = cross.at[block].add(s.scatter + s.n * jnp.outer(offset, offset))
+        return cross / jnp.maximum(count, 1.0)
+    if isinstance(suff_stats, MissingPatterns):
+        x, observed = jnp.asarray(suff_stats.X), jnp.asarray(suff_stats.observed)
+    else:
+        x = jnp.asarray(X)
+        observed = ~jnp.isnan(x)
+    centred = jnp.where(observed, x - mean, 0.0)
+    mask = observed.astype(centred.dtype)
+    return (centred.T @ centred) / jnp.maximum(mask.T @ mask, 1.0)
+
+
+def _residual_variances(cov: jax.Array, sd: jax.Array) -> jax.Array:
+    """``u_j = s_j^2 / (R^{-1})_jj``, ``R = cov / (s s^T)`` with unit diagonal and eigenvalues floored."""
+    corr = cov / jnp.outer(sd, sd)
+    # A constant or unobserved column has a zero row: uncorrelated with the others, u_j = s_j^2.
+    corr = corr.at[jnp.diag_indices(corr.shape[0])].set(1.0)
+    vals, vecs = jnp.linalg.eigh(corr)
+    inverse_diagonal = jnp.sum(vecs**2 / jnp.maximum(vals, _CORRELATION_FLOOR), axis=1)
+    return sd**2 / inverse_diagonal
+
+
+def data_scales(
+    X: Any = None, suff_stats: Any = None, n_features: int | None = None, residual: bool = True
+) -> DataScales:
     """The data-dependent numbers of the scale-aware priors (NaN ignored; works on traced arrays).
+
+    ``u_j = s_j^2 / (R^{-1})_jj`` is the variance of feature ``j`` that the
+    others do not explain: ``R`` is the correlation matrix, each entry over
+    the rows where both features are observed (pooled over missing
+    patterns), around the column means, with its eigenvalues floored at
+    0.01. On complete data with well-conditioned ``R`` it is the residual
+    variance of the least-squares regression of column ``j`` on the others
+    (with intercept), since ``1 / (S^{-1})_jj`` is that variance for a
+    covariance ``S``. A column uncorrelated with the rest (also a constant or
+    unobserved one) gets ``u_j = s_j^2``.
 
     Parameters
     ----------
@@ -119,6 +190,9 @@ def data_scales(X: Any = None, suff_stats: Any = None, n_features: int | None = 
         Used instead of ``X``.
     n_features : int, optional
         ``d`` when there are no data.
+    residual : bool, default=True
+        Compute ``u_j`` (FA's default noise prior needs it; ``O(n d^2 + d^3)``
+        work that a caller without that need skips with False).
 
     Returns
     -------
@@ -129,6 +203,10 @@ def data_scales(X: Any = None, suff_stats: Any = None, n_features: int | None = 
     >>> s = data_scales(np.array([[0.0, 1.0], [2.0, 5.0]]))
     >>> np.asarray(s.sd).tolist(), float(s.overall) == float(np.sqrt((1 + 4) / 2))
     ([1.0, 2.0], True)
+    >>> X = np.array([[0.0, 1.0], [2.0, 5.0], [1.0, 0.0], [3.0, 2.0]])
+    >>> u = X.var(0) * (1 - np.corrcoef(X.T)[0, 1] ** 2)  # each column's residual on the other
+    >>> bool(np.allclose(data_scales(X).residual, u))
+    True
     """
     if isinstance(suff_stats, SufficientStatistics):
         n = suff_stats.n
@@ -140,13 +218,14 @@ def data_scales(X: Any = None, suff_stats: Any = None, n_features: int | None = 
         n, mean, var = X.shape[0], jnp.nanmean(X, axis=0), jnp.nanvar(X, axis=0)
     else:
         d = n_features
-        return DataScales(jnp.zeros(d), jnp.ones(d), jnp.ones(()), jnp.ones(()))
+        return DataScales(jnp.zeros(d), jnp.ones(d), jnp.ones(()), jnp.ones(()), jnp.ones(d))
     sd = jnp.sqrt(jnp.maximum(var, 0.0))
     overall = jnp.sqrt(jnp.nanmean(sd**2))
     overall = jnp.where(overall > 0, overall, 1.0)
     sd = jnp.where(sd > 0, sd, overall)  # also replaces the NaN of an unobserved column
     mean = jnp.where(jnp.isnan(mean), 0.0, mean)
-    return DataScales(mean, sd, overall, jnp.asarray(n, dtype=float))
+    u = _residual_variances(_pairwise_covariance(X, suff_stats, mean), sd) if residual else None
+    return DataScales(mean, sd, overall, jnp.asarray(n, dtype=float), u)
 
 
 def as_site(prior: dist.Distribution, shape: tuple, field: str) -> dist.Distribution:
@@ -732,20 +811,30 @@ def resolve(priors: Priors, noise_kind: str, scales: DataScales) -> Priors:
     """Every field filled from the data's scales: a LoadingsPrior and two site distributions.
 
     Traceable (``scales`` may hold traced arrays). The noise distribution is
-    shaped () for pPCA and (d,) for FA, the mean's (d,).
+    shaped () for pPCA and (d,) for FA, the mean's (d,). FA's default noise
+    prior needs ``scales.residual`` (not skipped by ``data_scales``).
 
     Examples
     --------
-    >>> p = resolve(as_priors(None), "diagonal", data_scales(np.array([[0.0, 1.0], [2.0, 5.0]])))
-    >>> np.asarray(p.noise.base_dist.scale).tolist(), type(p.loadings).__name__
-    ([1.0, 4.0], 'Normal')
+    >>> X = np.array([[0.0, 1.0], [2.0, 5.0], [1.0, 0.0]])
+    >>> scales = data_scales(X)
+    >>> p = resolve(as_priors(None), "diagonal", scales)
+    >>> bool(np.allclose(p.noise.mean, scales.residual)), type(p.loadings).__name__
+    (True, 'Normal')
     """
     d = jnp.shape(scales.mean)[-1]
     loadings = (priors.loadings or Normal()).resolve(scales, noise_kind)
     noise_shape = () if noise_kind == "isotropic" else (d,)
     noise = priors.noise
-    if noise is None:
-        noise = dist.HalfNormal(scales.overall if noise_kind == "isotropic" else scales.sd**2)
+    if noise is None and noise_kind == "isotropic":
+        noise = dist.HalfNormal(scales.overall)
+    elif noise is None:
+        if scales.residual is None:
+            raise ValueError(
+                "FA's default noise prior needs the residual variances u_j: call data_scales "
+                "with residual=True; got scales.residual=None."
+            )
+        noise = dist.InverseGamma(_UNIQUENESS_SHAPE, (_UNIQUENESS_SHAPE - 1.0) * scales.residual)
     mean = priors.mean
     if mean is None:
         mean = dist.Normal(scales.mean, _MEAN_PRIOR_WIDTH * scales.sd)

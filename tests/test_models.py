@@ -152,8 +152,21 @@ def _log_prior_default(X, params, kind):
         lp += stats.halfnorm(scale=overall).logpdf(params["sigma"])
     else:
         lp += stats.norm(0, s[:, None]).logpdf(params["W"]).sum()
-        lp += stats.halfnorm(scale=s**2).logpdf(params["psi"]).sum()
+        lp += stats.invgamma(2.5, scale=1.5 * _pairwise_residual_variances(X)).logpdf(params["psi"]).sum()
     return lp
+
+
+def _pairwise_residual_variances(X):
+    """s_j^2 / (R^-1)_jj, R entry by entry over the rows where both columns are observed (documented)."""
+    m, s = np.nanmean(X, axis=0), np.nanstd(X, axis=0)
+    d = X.shape[1]
+    corr = np.eye(d)
+    for i in range(d):
+        for j in range(d):
+            if i != j:
+                both = ~np.isnan(X[:, i]) & ~np.isnan(X[:, j])
+                corr[i, j] = np.mean((X[both, i] - m[i]) * (X[both, j] - m[j])) / (s[i] * s[j])
+    return s**2 / np.diag(np.linalg.inv(corr))
 
 
 def test_default_priors_follow_the_data_scale():
@@ -178,26 +191,28 @@ def test_default_priors_follow_the_data_scale():
     s = np.nanstd(X[:, [0, 1, 2, 4]], axis=0)
     overall = np.sqrt(np.mean(s**2))
     assert float(p.mean.base_dist.loc[3]) == 0.0
-    np.testing.assert_allclose(np.asarray(p.noise.base_dist.scale)[[0, 3]], overall**2, rtol=1e-12)
+    # Constant and unobserved columns are uncorrelated with the rest: prior mean u_j = s^2.
+    np.testing.assert_allclose(np.asarray(p.noise.mean)[[0, 3]], overall**2, rtol=1e-12)
 
 
 @pytest.mark.parametrize("latent", ["marginal", "explicit"])
 @pytest.mark.parametrize("kind", ["ppca", "fa"])
 def test_prior_predictive_moments(kind, latent):
     # Defaults without data: W_jl ~ N(0,1), mu_j ~ N(0,10^2), sigma ~ HalfNormal(1) or
-    # psi_j ~ HalfNormal(1), so Var(x_j) = k + E[noise variance] + 100, and distinct
-    # features are uncorrelated a priori.
+    # psi_j ~ InvGamma(2.5, 1.5), so Var(x_j) = k + E[noise variance] + 100 (E sigma^2 = 1,
+    # E psi = 1.5 / (2.5 - 1) = 1), and distinct features are uncorrelated a priori.
     model = functools.partial(
         MODELS[kind], n_components=K, n_samples=1, n_features=D, latent=latent
     )
     draws = Predictive(model, num_samples=20000)(jax.random.key(0))
     x = np.asarray(draws["X"])[:, 0, :]
-    noise_var = 1.0 if kind == "ppca" else np.sqrt(2 / np.pi)  # E sigma^2, E psi
-    expected = K + noise_var + 100.0
+    expected = K + 1.0 + 100.0
     np.testing.assert_allclose(x.var(axis=0), expected, rtol=0.05)
     np.testing.assert_allclose(np.corrcoef(x.T)[np.triu_indices(D, 1)], 0.0, atol=0.04)
     noise_draws = np.asarray(draws["sigma" if kind == "ppca" else "psi"])
-    np.testing.assert_allclose(noise_draws.mean(), np.sqrt(2 / np.pi), rtol=0.03)
+    # E sigma = sqrt(2 / pi); E psi = 1 (sd(psi) = sqrt(2): the mean of 20000 x 5 draws has sd 0.45%).
+    expected_noise = np.sqrt(2 / np.pi) if kind == "ppca" else 1.0
+    np.testing.assert_allclose(noise_draws.mean(), expected_noise, rtol=0.03)
 
 
 def test_user_priors_replace_defaults():

@@ -74,14 +74,16 @@ def _reference_log_posterior(kind, identification, prior, theta, X):
         lp += stats.halfnorm(scale=overall).logpdf(sigma) + theta["sigma"]  # Jacobian of exp
     else:
         psi = np.exp(theta["psi"])
-        lp += (stats.halfnorm(scale=s**2).logpdf(psi) + theta["psi"]).sum()
+        u = 1.0 / np.diag(np.linalg.inv(np.cov(X.T, bias=True)))  # residual variance on the others
+        lp += (stats.invgamma(2.5, scale=1.5 * u).logpdf(psi) + theta["psi"]).sum()
     if identification == "polar":
         z = theta["Z"]
         u = z @ np.linalg.inv(np.linalg.cholesky(z.T @ z)).T
         gaps = np.exp(theta["log_gaps"])
         scales = np.cumsum(gaps[::-1])[::-1]
-        w = u * scales
-        lp += theta["log_gaps"].sum() - np.sum((z.T @ z - np.eye(k)) ** 2) / (8 * 0.2**2)
+        w = (s[:, None] if kind == "fa" else 1.0) * u * scales  # FA: W = D U diag(l), D = diag(s_j)
+        g = z.T @ z
+        lp += theta["log_gaps"].sum() - 8.0 * (np.trace(g) - np.linalg.slogdet(g)[1] - k)
         if not isinstance(prior, ARD):  # the SVD volume element, for rotation-invariant priors
             lp += (d - k) * np.log(scales).sum() + np.log(scales[0] ** 2 - scales[1] ** 2)
     elif identification == "lower_triangular":
@@ -154,6 +156,22 @@ def test_start_maps_back_to_the_ml_loadings(identification):
     w = np.asarray(ml.loadings)
     np.testing.assert_allclose(np.asarray(back["W"]) @ np.asarray(back["W"]).T, w @ w.T, atol=1e-10)
     np.testing.assert_allclose(float(back["sigma"]) ** 2, ml.noise[0], rtol=1e-12)
+
+
+def test_fa_polar_start_maps_back_to_loadings_in_any_orientation():
+    """FA's polar map W = D U diag(l): a start from rotated, unequally scaled loadings gives back W W^T."""
+    from bayespca.models import factor_analysis
+
+    X, w = _data(300, 6, 2, 0.5, seed=3)
+    X = X * np.array([1.0, 100.0, 0.01, 3.0, 1.0, 10.0])
+    w = w * np.array([1.0, 100.0, 0.01, 3.0, 1.0, 10.0])[:, None]
+    rotation = np.linalg.qr(np.random.default_rng(0).normal(size=(2, 2)))[0]
+    g = LowRankGaussian(w @ rotation, np.full(6, 0.3) * X.var(0), X.mean(0))
+    kwargs = {"n_components": 2, "identification": "polar", "suff_stats": sufficient_statistics(X)}
+    values = initial_values("polar", Normal(X.std(0)[:, None]), g, "diagonal", 300, X.std(0))
+    theta = unconstrain_fn(factor_analysis, (), kwargs, values)
+    back = np.asarray(constrain_fn(factor_analysis, (), kwargs, theta, return_deterministic=True)["W"])
+    np.testing.assert_allclose(back @ back.T, w @ w.T, rtol=1e-9, atol=1e-12 * np.abs(w @ w.T).max())
 
 
 # ------------------------------------------------------------ calibration

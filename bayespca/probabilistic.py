@@ -667,9 +667,10 @@ class PPCA(_LowRankGaussianModel):
         canonical basis: the prior picks the sparse one, and its columns are
         ordered by decreasing norm, each with its largest entry positive.
     identification : {None, "polar", "lower_triangular", "procrustes", "none"}, default=None
-        How NUTS identifies ``W`` (None: ``"polar"`` for PPCA,
-        ``"lower_triangular"`` for FactorAnalysis); see
-        :mod:`bayespca.models`.
+        How NUTS identifies ``W`` (None: ``"polar"``; for FactorAnalysis in
+        the features' standard-deviation units, with draws reported in
+        factanal's orientation, ``W^T Psi^-1 W`` diagonal and decreasing);
+        see :mod:`bayespca.models`.
     num_warmup, num_samples, num_chains : int, default=500, 500, 4
         NUTS warm-up and kept draws per chain, and number of chains.
     chain_method : {"sequential", "vectorized"}, default="sequential"

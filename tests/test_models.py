@@ -10,6 +10,7 @@ from numpyro import handlers
 from numpyro.infer import MCMC, NUTS, Predictive, log_likelihood
 from numpyro.infer.util import log_density
 from scipy import stats
+from test_priors import pairwise_residual_variances  # the reference, defined once
 from threadpoolctl import threadpool_limits
 
 import bayespca  # noqa: F401  (sets float64)
@@ -152,21 +153,8 @@ def _log_prior_default(X, params, kind):
         lp += stats.halfnorm(scale=overall).logpdf(params["sigma"])
     else:
         lp += stats.norm(0, s[:, None]).logpdf(params["W"]).sum()
-        lp += stats.invgamma(2.5, scale=1.5 * _pairwise_residual_variances(X)).logpdf(params["psi"]).sum()
+        lp += stats.invgamma(2.5, scale=1.5 * pairwise_residual_variances(X)).logpdf(params["psi"]).sum()
     return lp
-
-
-def _pairwise_residual_variances(X):
-    """s_j^2 / (R^-1)_jj, R entry by entry over the rows where both columns are observed (documented)."""
-    m, s = np.nanmean(X, axis=0), np.nanstd(X, axis=0)
-    d = X.shape[1]
-    corr = np.eye(d)
-    for i in range(d):
-        for j in range(d):
-            if i != j:
-                both = ~np.isnan(X[:, i]) & ~np.isnan(X[:, j])
-                corr[i, j] = np.mean((X[both, i] - m[i]) * (X[both, j] - m[j])) / (s[i] * s[j])
-    return s**2 / np.diag(np.linalg.inv(corr))
 
 
 def test_default_priors_follow_the_data_scale():

@@ -20,7 +20,7 @@ def _regression_residual_variances(X):
     return np.array(out)
 
 
-def _pairwise_residual_variances(X):
+def pairwise_residual_variances(X):
     """s_j^2 / (R^-1)_jj, R entry by entry over the rows where both columns are observed (documented)."""
     m, s = np.nanmean(X, axis=0), np.nanstd(X, axis=0)
     d = X.shape[1]
@@ -70,7 +70,7 @@ def test_residual_variance_with_missing_values_is_pairwise(max_patterns):
     # raw rows with NaN, and in the loop over pairs: the same pairwise correlation matrix.
     X = load_wine().data[:, :6].copy()
     X[np.random.default_rng(0).random(X.shape) < 0.1] = np.nan
-    reference = _pairwise_residual_variances(X)
+    reference = pairwise_residual_variances(X)
     np.testing.assert_allclose(np.asarray(data_scales(X).residual), reference, rtol=1e-10)
     patterns = missing_patterns(X, max_patterns)
     got = data_scales(suff_stats=patterns, n_features=X.shape[1]).residual

@@ -464,17 +464,14 @@ def draws_log_likelihood(draws: Any, prepared: Prepared) -> np.ndarray:
     (or its patterns), O(d^2 k) per draw whatever ``n``; draws in data
     units, moved to working units and back (``-n_obs log(scale)``).
     """
-    import jax
-
-    from bayespca.gaussian import LowRankGaussian
-    from bayespca.models import marginal_log_likelihood
+    from bayespca.models import draws_marginal_log_likelihood
     from bayespca.statistics import log_scale_correction
 
     stats = prepared.stats if prepared.missing is None else prepared.patterns
     s = prepared.scale
     g = draws.gaussians()
     working = (np.asarray(g.loadings) / s, np.asarray(g.noise) / s**2, np.asarray(g.mean) / s)
-    totals = jax.lax.map(lambda a: marginal_log_likelihood(LowRankGaussian(*a), stats), working)
+    totals = draws_marginal_log_likelihood(working, stats)
     totals = np.asarray(totals) + log_scale_correction(prepared.total_observed, s)
     return totals.reshape(draws.loadings.shape[:2])
 

@@ -325,14 +325,18 @@ def pointwise_log_likelihood(draws: Draws, X: np.ndarray) -> np.ndarray:
     observed = ~np.isnan(arr)
     values, mask = np.where(observed, arr, 0.0), (observed if (~observed).any() else None)
     weights, g = _draw_gaussians(draws)
+    out = _draws_mixture_log_prob(jnp.asarray(weights), tuple(jnp.asarray(a) for a in g), values, mask)
+    return np.asarray(out).reshape(*draws.loadings.shape[:2], arr.shape[0])
 
+
+@jax.jit  # module-level, the data as arguments: compiled once per shape, not at every call
+def _draws_mixture_log_prob(weights, gs, values, mask):
     def one(args):
-        w, gs = args
-        terms = jax.vmap(lambda c: gaussian.log_prob(LowRankGaussian(*c), values, mask))(gs)
+        w, g = args
+        terms = jax.vmap(lambda c: gaussian.log_prob(LowRankGaussian(*c), values, mask))(g)
         return jax.scipy.special.logsumexp(terms + jnp.log(w)[:, None], axis=0)
 
-    out = jax.lax.map(one, (jnp.asarray(weights), tuple(jnp.asarray(a) for a in g)))
-    return np.asarray(out).reshape(*draws.loadings.shape[:2], arr.shape[0])
+    return jax.lax.map(one, (weights, gs))
 
 
 def _posterior_fit(draws: Draws, prepared: Prepared) -> Fit:

@@ -93,6 +93,7 @@ __all__ = [
     "identification_for",
     "initial_values",
     "lower_triangular",
+    "draws_marginal_log_likelihood",
     "marginal_log_likelihood",
     "ppca",
     "expansion_log_density",
@@ -258,6 +259,16 @@ def initial_values(
     else:
         values.update(prior.start(w, psi, n))
     return values
+
+
+@jax.jit
+def draws_marginal_log_likelihood(draws: tuple, stats: Any) -> jax.Array:
+    """:func:`marginal_log_likelihood` of each draw ``(W, noise, mu)`` (leading axis), shape (m,).
+
+    Compiled once per shape of the draws and of the statistics, which do not
+    depend on the number of rows.
+    """
+    return jax.lax.map(lambda a: marginal_log_likelihood(LowRankGaussian(*a), stats), draws)
 
 
 def marginal_log_likelihood(g: LowRankGaussian, stats: Any) -> jax.Array:

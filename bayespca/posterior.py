@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
 import numpy as np
 
 from bayespca.gaussian import LowRankGaussian, log_prob, sample
 from bayespca.inference.contract import Draws
 from bayespca.messages import warn
-from bayespca.params import as_key
+from bayespca.params import as_generator
 
 __all__ = [
     "SamplingWarning",
@@ -37,13 +36,12 @@ def pointwise_log_likelihood(draws: Draws, X: np.ndarray) -> np.ndarray:
     """
     arr = np.asarray(X, dtype=float)
     observed = ~np.isnan(arr)
-    values, masked = np.where(observed, arr, 0.0), bool((~observed).any())
-
-    def one(g):
-        return log_prob(LowRankGaussian(*g), values, observed if masked else None)
-
-    out = jax.lax.map(one, tuple(draws.gaussians()))
-    return np.asarray(out).reshape(*draws.loadings.shape[:2], arr.shape[0])
+    values, mask = np.where(observed, arr, 0.0), (observed if (~observed).any() else None)
+    # NumPy, draw by draw: nothing is compiled for a new number of rows (a compiled program per
+    # shape costs memory maps that a long session runs out of).
+    draws_g = zip(*draws.gaussians(), strict=True)
+    out = np.stack([log_prob(LowRankGaussian(*g), values, mask) for g in draws_g])
+    return out.reshape(*draws.loadings.shape[:2], arr.shape[0])
 
 
 def posterior_variables(draws: Draws) -> dict:
@@ -150,10 +148,9 @@ def to_datatree(
         groups["log_likelihood"] = {"X": pointwise}
     groups["observed_data"] = {"X": arr}
     if posterior_predictive:
-        gs = draws.gaussians()
-        keys = jax.random.split(as_key(random_state), gs.loadings.shape[0])
-        reps = jax.lax.map(lambda a: sample(LowRankGaussian(*a[0]), a[1], n), (tuple(gs), keys))
-        groups["posterior_predictive"] = {"X": np.asarray(reps).reshape(*draws.loadings.shape[:2], n, d)}
+        rng = as_generator(random_state)
+        reps = np.stack([sample(LowRankGaussian(*g), rng, n) for g in zip(*draws.gaussians(), strict=True)])
+        groups["posterior_predictive"] = {"X": reps.reshape(*draws.loadings.shape[:2], n, d)}
     # "X" is (obs, feature) in observed_data and posterior_predictive; from_dict
     # drops the trailing "feature" for the log_likelihood group (one value per row).
     dims["X"] = ["obs", "feature"]

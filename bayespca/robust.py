@@ -485,12 +485,19 @@ def pointwise_log_likelihood(draws: Draws, nu: float | None, X: np.ndarray) -> n
     observed = ~np.isnan(arr)
     values, mask = np.where(observed, arr, 0.0), (observed if (~observed).any() else None)
 
-    def one(args):
-        g, df = args
-        return student_t_log_prob(LowRankGaussian(*g), df, values, mask)
-
-    out = jax.lax.map(one, (tuple(draws.gaussians()), jnp.asarray(_draws_nu(draws, nu))))
+    out = _draws_t_log_prob(tuple(draws.gaussians()), jnp.asarray(_draws_nu(draws, nu)), values, mask)
     return np.asarray(out).reshape(*draws.loadings.shape[:2], arr.shape[0])
+
+
+# Module-level and jitted with the data as arguments: compiled once per shape, not at every call.
+@jax.jit
+def _draws_t_log_prob(gs, nus, values, mask):
+    return jax.lax.map(lambda a: student_t_log_prob(LowRankGaussian(*a[0]), a[1], values, mask), (gs, nus))
+
+
+@jax.jit
+def _draws_expected_scale(gs, nus, values, observed):
+    return jax.lax.map(lambda a: expected_scale(LowRankGaussian(*a[0]), a[1], values, observed), (gs, nus))
 
 
 def _posterior_fit(draws: Draws, prepared: Prepared, nu: float | None) -> Fit:
@@ -498,9 +505,8 @@ def _posterior_fit(draws: Draws, prepared: Prepared, nu: float | None) -> Fit:
     g = LowRankGaussian(draws.loadings.mean((0, 1)), draws.noise.mean((0, 1)), draws.mean.mean((0, 1)))
     nus = _draws_nu(draws, nu)
     data, observed = np.nan_to_num(prepared.X), prepared.observed
-    weights = np.mean(np.asarray(jax.lax.map(
-        lambda a: expected_scale(LowRankGaussian(*a[0]), a[1], data, observed),
-        (tuple(draws.gaussians()), jnp.asarray(nus)))), axis=0)
+    weights = np.mean(np.asarray(_draws_expected_scale(tuple(draws.gaussians()), jnp.asarray(nus), data,
+                                                       observed)), axis=0)
     df = float(np.mean(nus))
     ll = float(np.sum(student_t_log_prob(g, df, data, observed)))
     n_draws = nus.size

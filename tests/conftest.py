@@ -1,7 +1,11 @@
 """Test-session set-up."""
 
+import gc
 import os
+import sys
 import tempfile
+
+import pytest
 
 # Compiled programs go to a cache of the test session, never to the user's own cache
 # directory (bayespca.cache); subprocesses started by the tests inherit it.
@@ -12,3 +16,18 @@ os.environ.setdefault("BAYESPCA_CACHE_DIR", tempfile.mkdtemp(prefix="bayespca-te
 # of the attribute numpyro.distributions.distribution (numpyro.factor, NUTS set-up)
 # failed later in the session with AttributeError; the root cause is not known yet.
 import numpyro.distributions  # noqa: E402, F401
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drop JAX's compiled programs after each test module.
+
+    Each compiled program holds ~60 memory maps; one process running the whole
+    suite compiles thousands (every model, shape and option the tests cover) and
+    would reach the kernel's limit on maps (vm.max_map_count, 65530), where XLA
+    aborts. A user's session compiles per configuration, not per test.
+    """
+    yield
+    if "jax" in sys.modules:
+        sys.modules["jax"].clear_caches()
+        gc.collect()

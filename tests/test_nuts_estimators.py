@@ -3,6 +3,7 @@
 import warnings
 
 import arviz as az
+import jax
 import numpy as np
 import pytest
 
@@ -246,3 +247,30 @@ def test_ard_keeps_three_of_eight_components():
     true = np.linalg.svd(w, compute_uv=False) ** 2
     assert eig[3] < 0.05 * true[2]
     assert model.noise_variance_ == pytest.approx(0.25, rel=0.15)
+
+
+def test_a_fit_on_new_data_with_another_number_of_rows_compiles_nothing():
+    """Issue 18: a compiled program per data shape costs ~60 memory maps, and a long session
+    (a notebook, a loop over data sets) died at the kernel's limit. The sampler, the DataTree's
+    pointwise log-likelihood and LOO depend on the number of rows only through data."""
+    from bayespca.comparison import loo
+
+    rng = np.random.default_rng(3)
+    options = {"method": "nuts", "num_warmup": 50, "num_samples": 50, "num_chains": 2, "progress_bar": False}
+    make = lambda n: rng.normal(size=(n, 2)) @ rng.normal(size=(2, 5)) + rng.normal(size=(n, 5))  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loo(PPCA(2, random_state=0, **options).fit(make(80)))
+        compiles = []
+
+        def listen(name, secs, **kwargs):
+            if name == "/jax/core/compile/backend_compile_duration":
+                compiles.append(name)
+
+        jax.monitoring.register_event_duration_secs_listener(listen)
+        try:
+            for n in (81, 97, 130):
+                loo(PPCA(2, random_state=n, **options).fit(make(n)))
+        finally:
+            jax.monitoring.unregister_event_duration_listener(listen)
+    assert compiles == []

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from bayespca.messages import warn
 from bayespca.statistics import (
     MissingPatterns,
     Prepared,
@@ -89,15 +90,13 @@ def in_memory(X: Any, what: str) -> np.ndarray:
             "(bayespca.chunked.MAX_IN_MEMORY_BYTES). Accepted on Dask input at that size: complete data "
             "with n_features <= n_samples (fitted from the reduced statistics)."
         )
-    import warnings
 
     sparse = hasattr(X, "toarray")  # a scipy sparse matrix: densified, as a Dask array is computed
-    warnings.warn(
+    warn(
         f"{what} needs all rows in memory: the {'sparse matrix' if sparse else 'Dask array'} "
         f"({X.shape[0]} x {X.shape[1]}) is "
         f"{'densified' if sparse else 'computed and brought to the client'}.",
         UserWarning,
-        stacklevel=3,
     )
     return X.toarray() if sparse else np.asarray(X.compute(), dtype=float)
 

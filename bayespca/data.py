@@ -15,13 +15,13 @@ estimators reject NaN with a ``ValueError``.
 from __future__ import annotations
 
 import numbers
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from sklearn.exceptions import NotFittedError
 
+from bayespca.messages import warn
 from bayespca.sparse_input import SPARSE_ESTIMATORS, as_sparse_matrix, is_sparse
 
 __all__ = [
@@ -349,16 +349,14 @@ def validate_transform(
     names = _feature_names(X, "X")
     cls = type(estimator).__name__
     if fitted_names is not None and names is None:
-        warnings.warn(
+        warn(
             f"X does not have valid feature names, but {cls} was fitted with feature names",
             UserWarning,
-            stacklevel=3,
         )
     elif fitted_names is None and names is not None:
-        warnings.warn(
+        warn(
             f"X has feature names, but {cls} was fitted without feature names",
             UserWarning,
-            stacklevel=3,
         )
     elif fitted_names is not None and (
         len(names) != len(fitted_names) or np.any(names != fitted_names)

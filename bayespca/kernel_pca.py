@@ -49,8 +49,6 @@ G. H. Bakir, J. Weston, B. Schoelkopf (2004). Learning to find pre-images. NIPS 
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import scipy.linalg
 import scipy.sparse.linalg
@@ -60,6 +58,7 @@ from sklearn.exceptions import NotFittedError
 from bayespca.data import check_is_fitted, validate_fit, validate_scores, validate_transform
 from bayespca.kernels import FourierMap, Kernel, NystroemMap
 from bayespca.linalg import complete_basis, decompose, eigh_top, flip_signs
+from bayespca.messages import warn
 from bayespca.params import as_generator, check_bool, check_choice, check_number, check_seed
 
 __all__ = ["KernelPCA", "choose_kernel_solver"]
@@ -485,11 +484,10 @@ or callable, default="rbf"
         if self.approximation == "nystroem":
             if m > n:
                 if self.n_approx is not None:
-                    warnings.warn(
+                    warn(
                         f"n_approx={m} exceeds n_samples={n}; using all {n} training points "
                         "as Nystroem landmarks (exact kernel PCA).",
                         UserWarning,
-                        stacklevel=4,
                     )
                 m = n
             feature_map = NystroemMap.fit(X, kernel, m, random_state=self.random_state)
@@ -524,22 +522,20 @@ or callable, default="rbf"
         if self.remove_zero_eig or self.n_components is None:
             keep = evals > 0
         if not keep.any():
-            warnings.warn(
+            warn(
                 f"KernelPCA found no component with a non-zero eigenvalue: the centred "
                 f"{self.kernel_.label} kernel matrix is zero to rounding (the data are constant in "
                 "the kernel's feature space: duplicate rows, or a gamma that makes every kernel "
                 "value equal). n_components_ = 0 and transform returns no columns.",
                 UserWarning,
-                stacklevel=5,
             )
         elif zero:
-            warnings.warn(
+            warn(
                 f"The centred {self.kernel_.label} kernel matrix has {evals.size - zero} non-zero "
                 f"eigenvalues, fewer than n_components = {self.n_components}: the last {zero} "
                 "components have eigenvalue 0 and project every point to 0 (use "
                 "remove_zero_eig=True to drop them).",
                 UserWarning,
-                stacklevel=5,
             )
         self.eigenvalues_ = evals[keep]
         self.eigenvectors_ = np.ascontiguousarray(evecs[:, keep])

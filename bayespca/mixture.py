@@ -48,7 +48,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import warnings
 from typing import Any
 
 import jax
@@ -64,6 +63,7 @@ from bayespca.data import check_is_fitted, validate_transform
 from bayespca.gaussian import LowRankGaussian
 from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
 from bayespca.inference.weighted import weighted_ppca
+from bayespca.messages import warn
 from bayespca.params import as_generator, check_choice, check_number, check_seed
 from bayespca.statistics import Prepared, prepare
 
@@ -223,8 +223,7 @@ def fit_mixture_em(
                 best = run
     weights, g, trace, converged = best
     if not converged:
-        warnings.warn(f"Mixture EM did not converge in {max_iter} cycles (tol={tol:g}).", UserWarning,
-                      stacklevel=2)
+        warn(f"Mixture EM did not converge in {max_iter} cycles (tol={tol:g}).", UserWarning)
     ll, resp = _e_step(weights, g, X)
     fit = Fit(g, ll, "em", trace.size, converged, trace, np.zeros(prepared.d, bool),
               details={"weights": weights, "responsibilities": resp})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numbers
-import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
@@ -12,6 +11,7 @@ from bayespca import gaussian
 from bayespca.chunked import is_chunked, rowwise
 from bayespca.data import check_is_fitted, finite_result, validate_fit, validate_scores, validate_transform
 from bayespca.linalg import SOLVERS, decompose, exact_means
+from bayespca.messages import warn
 from bayespca.params import check_bool, check_choice, check_number, check_seed
 from bayespca.selection import METHODS, OPTIONS, select_from_singular_values
 from bayespca.sparse_input import is_sparse, map_row_blocks, sparse_means, sparse_working_units
@@ -292,12 +292,11 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         total = svd.total_ss / (n - 1)
         rank = int(np.count_nonzero(s))
         if isinstance(self.n_components, numbers.Integral) and rank < k:
-            warnings.warn(
+            warn(
                 f"The centred data have rank {rank} < n_components = {k}: components {rank}..{k - 1} "
                 "have zero variance (explained_variance_ = 0) and a fixed but arbitrary orthonormal "
                 f"direction. Use n_components <= {rank}.",
                 UserWarning,
-                stacklevel=4,
             )
         with np.errstate(over="ignore"):
             self.explained_variance_ = ev * unit**2

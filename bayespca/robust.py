@@ -50,7 +50,6 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-import warnings
 from typing import Any
 
 import jax
@@ -67,6 +66,7 @@ from bayespca.data import as_float_matrix, check_is_fitted, validate_transform
 from bayespca.gaussian import LowRankGaussian
 from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
 from bayespca.inference.weighted import weighted_ppca
+from bayespca.messages import warn
 from bayespca.params import as_key, check_choice, check_number, check_seed
 from bayespca.statistics import Prepared, prepare
 
@@ -311,8 +311,7 @@ def fit_robust_em(
             weights = np.ones(n) if math.isinf(df) else (df + d) / (df + delta)
             g = weighted_ppca(X, weights, float(n), k, bound)
     if not converged:
-        warnings.warn(f"Robust pPCA EM did not converge in {max_iter} cycles (tol={tol:g}).",
-                      UserWarning, stacklevel=2)
+        warn(f"Robust pPCA EM did not converge in {max_iter} cycles (tol={tol:g}).", UserWarning)
     weights = np.asarray(expected_scale(g, df, X))
     fit = Fit(g, trace[-1], "em", len(trace), converged, np.array(trace),
               np.zeros(d, bool), details={"nu": df, "row_weights": weights})

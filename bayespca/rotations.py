@@ -54,7 +54,6 @@ problem. Psychometrika 31, 1-10.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -62,6 +61,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from bayespca.data import as_float_matrix
+from bayespca.messages import warn
 from bayespca.params import check_bool, check_choice, check_number
 
 __all__ = ["ROTATIONS", "Rotation", "procrustes", "rotate"]
@@ -417,12 +417,11 @@ def rotate(
     phi = (phi + phi.T) / 2.0
     rotated, matrix, phi = _canonical(lmat @ matrix, matrix, phi)
     if not converged:
-        warnings.warn(
+        warn(
             f"{method} rotation did not converge: projected gradient norm "
             f"{gradient_norm:.3g} > tol={tol} after {n_iter} iterations (max_iter={max_iter}); "
             "increase max_iter, or tol if it is below what rounding allows.",
             ConvergenceWarning,
-            stacklevel=2,
         )
     return Rotation(rotated, matrix, phi, method, n_iter, converged)
 

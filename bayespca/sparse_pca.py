@@ -65,6 +65,7 @@ from bayespca.linalg import (
     svd_covariance,
     svd_gram,
 )
+from bayespca.messages import warn
 from bayespca.params import as_generator, check_bool, check_choice, check_number, check_seed
 from bayespca.statistics import prepare
 
@@ -672,11 +673,10 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         d = problem.Xw.shape[1]
         solution = _alternate(problem.scatter, problem.A0, np.zeros((d, k)), l1, l2, self.tol, self.max_iter)
         if not solution.converged:
-            warnings.warn(
+            warn(
                 f"SparsePCA did not converge in max_iter={self.max_iter} iterations (tol={self.tol}); "
                 "increase max_iter or tol.",
                 ConvergenceWarning,
-                stacklevel=2,
             )
         _warn_inexact(solution, [self.alpha])
         self._store(problem, solution, l1, l2)
@@ -688,12 +688,11 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         signs = signs[0]
         empty = np.flatnonzero(norms == 0)
         if empty.size:
-            warnings.warn(
+            warn(
                 f"SparsePCA components {empty.tolist()} have all-zero loadings at alpha={self.alpha}, "
                 f"l1_ratio={self.l1_ratio}; their rows of components_ are zero. Lower alpha or "
                 "n_components.",
                 UserWarning,
-                stacklevel=3,
             )
         scores = (problem.Xw - problem.centre) @ V.T
         ev = adjusted_variance(scores)
@@ -759,13 +758,12 @@ class SparsePCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 
 def _warn_inexact(solution: _Solution, alphas) -> None:
     if not solution.exact_steps:
-        warnings.warn(
+        warn(
             f"SparsePCA's elastic-net steps at alpha={alphas} ran out of feature-sign rounds; the "
             "loadings are the last point reached, not an exact minimiser. This happens when the "
             "penalty is far below the rounding of X's covariance: raise alpha or add a ridge part "
             "(l1_ratio < 1).",
             ConvergenceWarning,
-            stacklevel=3,
         )
 
 
@@ -876,10 +874,9 @@ def sparse_pca_path(
     if inexact:
         _warn_inexact(solution._replace(exact_steps=False), inexact)
     if unconverged:
-        warnings.warn(
+        warn(
             f"sparse_pca_path: the fits at alphas {unconverged} did not converge in max_iter={max_iter} "
             f"iterations (tol={tol}); increase max_iter or tol.",
             ConvergenceWarning,
-            stacklevel=2,
         )
     return pd.DataFrame(rows)

@@ -34,7 +34,6 @@ analysis. J. R. Stat. Soc. B 61(3), 611-622.
 from __future__ import annotations
 
 import numbers
-import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -43,6 +42,7 @@ from bayespca.gaussian import LowRankGaussian
 from bayespca.inference.contract import Fit, ModelSpec
 from bayespca.inference.threads import serial_blas
 from bayespca.linalg import choose_solver, svd_covariance, svd_full, svd_gram
+from bayespca.messages import warn
 from bayespca.statistics import Prepared, scatter_spectrum
 
 __all__ = ["SpectrumFit", "check_n_components", "noise_floor", "ppca_closed_form", "ppca_from_spectrum"]
@@ -222,12 +222,11 @@ def ppca_closed_form(prepared: Prepared, spec: ModelSpec, *, floor: float = 1e-1
         + sol.residual / sigma2
     )
     if at_floor:
-        warnings.warn(
+        warn(
             f"The ML noise variance is 0 (n_components = {k} >= rank of the centred data); "
             f"sigma^2 is held at its lower bound {sigma2 * prepared.scale**2:.3g} "
             f"({floor:g} x mean feature variance).",
             UserWarning,
-            stacklevel=2,
         )
     g = LowRankGaussian(sol.loadings, np.full(d, sigma2), mean)
     fit = Fit(g, float(loglike), "closed_form", 1, True, np.array([loglike]), np.full(d, at_floor))

@@ -76,7 +76,6 @@ accelerating the convergence of any EM algorithm. Scand. J. Stat. 35(2),
 
 from __future__ import annotations
 
-import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -97,6 +96,7 @@ from bayespca.inference.contract import NOISE_KINDS, Fit, ModelSpec
 from bayespca.inference.factor_ml import fit_covariance, fit_factor_analysis
 from bayespca.inference.threads import serial_blas
 from bayespca.linalg import eigh_top
+from bayespca.messages import warn
 from bayespca.params import check_choice, check_number
 from bayespca.statistics import Prepared
 
@@ -497,11 +497,10 @@ def fit_em(
 
 def _warn(converged, max_iter, tol, at_floor, isotropic, rel_floor):
     if not converged:
-        warnings.warn(
+        warn(
             f"EM did not converge in max_iter={max_iter} iterations (estimated distance to the "
             f"optimum above tol={tol:g}); increase max_iter or tol.",
             ConvergenceWarning,
-            stacklevel=3,
         )
     if at_floor.any():
         what = (
@@ -511,4 +510,4 @@ def _warn(converged, max_iter, tol, at_floor, isotropic, rel_floor):
             else f"features {np.flatnonzero(at_floor)[:10].tolist()} have noise variance at the "
             "lower bound (Heywood case: they are explained almost exactly by the factors)"
         )
-        warnings.warn(f"{what}; floor = {rel_floor:g} x feature variance.", UserWarning, stacklevel=3)
+        warn(f"{what}; floor = {rel_floor:g} x feature variance.", UserWarning)

@@ -64,7 +64,6 @@ maximum likelihood factor analysis. Psychometrika 34(1), 111-123.
 
 from __future__ import annotations
 
-import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -76,6 +75,7 @@ from bayespca.gaussian import LowRankGaussian, canonical_loadings, log_likelihoo
 from bayespca.inference.closed_form import check_n_components, noise_floor
 from bayespca.inference.contract import Fit, ModelSpec
 from bayespca.inference.threads import serial_blas
+from bayespca.messages import warn
 from bayespca.params import as_generator, check_number
 from bayespca.statistics import Prepared
 
@@ -675,17 +675,15 @@ def fit_factor_analysis(
 
 def _warn(converged, max_iter, tol, at_floor, floor):
     if not converged:
-        warnings.warn(
+        warn(
             f"Factor analysis did not converge in max_iter={max_iter} Newton steps (scaled gradient "
             f"above tol={tol:g}); increase max_iter.",
             ConvergenceWarning,
-            stacklevel=4,
         )
     if at_floor.any():
-        warnings.warn(
+        warn(
             f"features {np.flatnonzero(at_floor)[:10].tolist()} have noise variance at the lower "
             "bound (Heywood case: they are explained almost exactly by the factors); "
             f"floor = {floor:g} x feature variance.",
             UserWarning,
-            stacklevel=4,
         )

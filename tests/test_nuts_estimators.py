@@ -6,6 +6,7 @@ import arviz as az
 import jax
 import numpy as np
 import pytest
+from sklearn.datasets import load_diabetes, load_iris
 
 from bayespca import gaussian
 from bayespca.posterior import SamplingWarning
@@ -274,3 +275,32 @@ def test_a_fit_on_new_data_with_another_number_of_rows_compiles_nothing():
         finally:
             jax.monitoring.unregister_event_duration_listener(listen)
     assert compiles == []
+
+
+def _invariant_series(posterior):
+    """Noise variances, eigenvalues of W W^T and the log-likelihood, each as (chain, draw)."""
+    for name in ("sigma2", "psi", "eigenvalues", "log_lik"):
+        if name in posterior:
+            values = np.asarray(posterior[name])
+            yield from np.moveaxis(values.reshape(*values.shape[:2], -1), -1, 0)
+
+
+@pytest.mark.parametrize(
+    ("load", "model", "k"),
+    [(load_iris, PPCA, 3), (load_iris, PPCA, 2), (load_diabetes, FactorAnalysis, 1)],
+    ids=["iris-ppca-3", "iris-std-ppca-2", "diabetes-std-fa-1"],
+)
+def test_real_data_sample_cleanly_with_the_defaults(load, model, k):
+    """Issue 12's real-data panel, short: default settings (4 chains x 500 + 500), 0 divergences,
+    R-hat < 1.01 and bulk ESS > 400 on every invariant (benchmarks/bench_nuts_real.py runs the
+    whole panel)."""
+    X = load().data
+    if k != 3:
+        X = (X - X.mean(0)) / X.std(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SamplingWarning)
+        fit = model(k, method="nuts", random_state=0, progress_bar=False).fit(X)
+    assert int(np.asarray(fit.sample_stats_["diverging"]).sum()) == 0
+    for series in _invariant_series(fit.posterior_["posterior"]):
+        assert float(az.rhat(series)) < 1.01
+        assert float(az.ess(series, method="bulk")) > 400

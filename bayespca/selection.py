@@ -542,7 +542,8 @@ def select_n_components(X, method: str = "mle", *, standardize: bool = False, **
     **options
         ``threshold``, ``noise_std``, ``tau``: see :func:`select_from_singular_values`;
         for ``"parallel"`` (always on the correlation matrix) ``kind``,
-        ``n_iter``, ``quantile``, ``random_state``: see :func:`parallel_analysis`.
+        ``n_iter``, ``quantile``, ``random_state`` (default 0, so that the rule
+        is a function of the data): see :func:`parallel_analysis`.
 
     Returns
     -------
@@ -558,7 +559,8 @@ def select_n_components(X, method: str = "mle", *, standardize: bool = False, **
     check_choice(method, "method", METHODS)
     check_bool(standardize, "standardize")
     if method == "parallel":  # on the correlation matrix, as psych::fa.parallel
-        return parallel_analysis(X, **options)
+        # A rule is a function of the data: the random reference has a fixed seed unless given.
+        return parallel_analysis(X, **{"random_state": _PARALLEL_SEED, **options})
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise TypeError(f"select_n_components got unknown options {unknown}; accepted: {list(OPTIONS)}.")

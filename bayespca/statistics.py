@@ -208,14 +208,14 @@ def power_of_two_scale(X: np.ndarray, observed: np.ndarray | None = None) -> flo
     if top == 0.0:
         return 1.0
     coarse = math.ldexp(1.0, math.frexp(top)[1])
-    unit = X / coarse
-    counts = unit.shape[0] if observed is None else np.maximum(observed.sum(axis=0), 1)
-    centred = unit if observed is None else np.where(observed, unit, 0.0)
-    # Centred twice: the rounding of one pass's mean would read as the spread of a constant column.
+    counts = X.shape[0] if observed is None else np.maximum(observed.sum(axis=0), 1)
+    centred = X / coarse if observed is None else np.where(observed, X / coarse, 0.0)
+    # Centred twice (in place: one copy of X in all): the rounding of one pass's mean would read as
+    # the spread of a constant column.
     for _ in range(2):
-        centred = centred - centred.sum(axis=0) / counts
+        centred -= centred.sum(axis=0) / counts
         if observed is not None:
-            centred = np.where(observed, centred, 0.0)
+            centred[~observed] = 0.0
     rms = math.sqrt(float(np.einsum("ij,ij->", centred, centred)) / max(values.size, 1))
     if rms == 0.0:
         return 1.0

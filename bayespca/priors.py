@@ -756,6 +756,57 @@ class Priors(NamedTuple):
     mean: Any = None
 
 
+@jax.tree_util.register_pytree_node_class
+class _Stable:
+    """A NumPyro distribution whose parameters flatten in the order of their names.
+
+    NumPyro flattens a distribution's parameters in the iteration order of a
+    ``set`` of their names, which follows Python's per-process string hash
+    seed. Compiled programs take the leaves as arguments in that order, so
+    the same program got a different persistent-cache key in half of all
+    processes and was compiled again (found by ``tests/test_cache.py``).
+    """
+
+    def __init__(self, value):
+        self.value = value
+
+    def tree_flatten(self):
+        kind = type(self.value)
+        children, aux = self.value.tree_flatten()
+        names = kind.gather_pytree_data_fields()
+        order = sorted(range(len(names)), key=names.__getitem__)
+        return tuple(_stable(children[i]) for i in order), (kind, aux, tuple(names[i] for i in order))
+
+    @classmethod
+    def tree_unflatten(cls, static, children):
+        kind, aux, names = static
+        by_name = dict(zip(names, children, strict=True))
+        params = tuple(_plain(by_name[name]) for name in kind.gather_pytree_data_fields())
+        return cls(kind.tree_unflatten(aux, params))
+
+
+def _is_distribution(value) -> bool:
+    return isinstance(value, dist.Distribution)
+
+
+def _stable(tree):
+    return jax.tree.map(lambda v: _Stable(v) if _is_distribution(v) else v, tree, is_leaf=_is_distribution)
+
+
+def _plain(tree):
+    return jax.tree.map(lambda v: v.value if isinstance(v, _Stable) else v, tree,
+                        is_leaf=lambda v: isinstance(v, _Stable))
+
+
+# Priors cross every jit boundary of the samplers and optimisers (as model arguments): their leaves
+# must come in the same order in every process for the compiled programs to be found in the cache.
+jax.tree_util.register_pytree_node(
+    Priors,
+    lambda p: (tuple(_stable(field) for field in p), None),
+    lambda _, fields: Priors(*map(_plain, fields)),
+)
+
+
 _ACCEPTED = (
     "None, 'flat', 'ard', 'horseshoe', a bayespca.priors prior (Normal, Flat, ARD, Horseshoe), a "
     "numpyro Distribution of W, a bayespca.priors.Priors or a dict with keys loadings, noise, mean"

@@ -1,15 +1,19 @@
 """Test-session set-up."""
 
+import atexit
 import gc
 import os
+import shutil
 import sys
 import tempfile
 
 import pytest
 
 # Compiled programs go to a cache of the test session, never to the user's own cache
-# directory (bayespca.cache); subprocesses started by the tests inherit it.
-os.environ.setdefault("BAYESPCA_CACHE_DIR", tempfile.mkdtemp(prefix="bayespca-test-cache-"))
+# directory (bayespca.cache); subprocesses started by the tests inherit it. Removed at exit.
+if "BAYESPCA_CACHE_DIR" not in os.environ:
+    os.environ["BAYESPCA_CACHE_DIR"] = tempfile.mkdtemp(prefix="bayespca-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["BAYESPCA_CACHE_DIR"], ignore_errors=True)
 
 # Import numpyro.distributions before any test module is collected. When it was
 # first imported while the NUTS tests were being collected, numpyro's own lookups

@@ -32,10 +32,10 @@ print(json.dumps({"hits": hits}))
 """
 
 
-def _run(cache: Path) -> dict:
+def _run(cache: Path, hash_seed: int) -> dict:
     import json
 
-    env = {**os.environ, CACHE_ENV: str(cache)}
+    env = {**os.environ, CACHE_ENV: str(cache), "PYTHONHASHSEED": str(hash_seed)}
     done = subprocess.run([sys.executable, "-c", _FIT], env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -45,9 +45,10 @@ def _entries(cache: Path) -> set:
 
 
 def test_second_process_reads_the_compiled_sampler_from_the_cache(tmp_path):
-    first = _run(tmp_path)
+    # Two string hash seeds, as two processes of a user have: NumPyro's parameter order follows it.
+    first = _run(tmp_path, 0)
     stored = _entries(tmp_path)
-    second = _run(tmp_path)
+    second = _run(tmp_path, 1)
     # Same configuration, new process: the sampler's programs, compiled and stored by the
     # first process, are read back by the second instead of compiled.
     sampler = {name[: -len("-cache")] for name in stored if name.startswith(("jit__advance", "jit__start"))}

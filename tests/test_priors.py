@@ -88,3 +88,42 @@ def test_fa_noise_prior_is_equivariant():
 def test_fa_noise_prior_without_residual_variances_names_the_fix():
     with pytest.raises(ValueError, match="residual=True"):
         resolve(as_priors(None), "diagonal", data_scales(np.eye(3), residual=False))
+
+
+_LEAVES = """
+import json
+import jax
+import numpyro.distributions as dist
+from bayespca.priors import Custom, Priors, pushforward
+priors = Priors(
+    loadings=Custom(dist.Normal(1.0, 2.0)),
+    noise=pushforward(dist.InverseGamma(3.0, 4.0), 5.0),
+    mean=dist.StudentT(6.0, 7.0, 8.0),
+)
+leaves = jax.tree.leaves(priors)
+back = jax.tree.unflatten(jax.tree.structure(priors), leaves)
+print(json.dumps({"leaves": [float(v) for v in leaves],
+                  "back": [float(back.loadings.prior.loc), float(back.noise.base_dist.rate),
+                           float(back.mean.df)]}))
+"""
+
+
+def test_priors_flatten_in_the_same_order_in_every_process():
+    # NumPyro orders a distribution's parameters by a set of their names (per-process hash
+    # order); compiled programs take the leaves in that order, so the persistent cache found
+    # the sampler in only some processes. Reference: the parameters sorted by name.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    outputs = []
+    for seed in range(4):
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        done = subprocess.run([sys.executable, "-c", _LEAVES], env=env, capture_output=True, text=True,
+                              check=True)
+        outputs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    # Without the stable order, seeds 0 and 1 put Normal's loc and scale in opposite orders.
+    assert all(out["leaves"] == outputs[0]["leaves"] for out in outputs)
+    assert outputs[0]["leaves"][:2] == [1.0, 2.0]  # Normal(loc=1, scale=2): loc < scale by name
+    assert all(out["back"] == [1.0, 4.0, 6.0] for out in outputs)

@@ -35,3 +35,31 @@ def _release_compiled_programs():
     if "jax" in sys.modules:
         sys.modules["jax"].clear_caches()
         gc.collect()
+
+
+@pytest.fixture
+def backend_compiles():
+    """A context manager recording JAX's backend compilations inside it (one entry each).
+
+    JAX's public monitoring events report each XLA compilation; a test of
+    "nothing compiled again" asserts the list stays empty.
+    """
+    import contextlib
+
+    import jax
+
+    @contextlib.contextmanager
+    def record():
+        seen = []
+
+        def listen(name, secs, **kwargs):
+            if name == "/jax/core/compile/backend_compile_duration":
+                seen.append(secs)
+
+        jax.monitoring.register_event_duration_secs_listener(listen)
+        try:
+            yield seen
+        finally:
+            jax.monitoring.unregister_event_duration_listener(listen)
+
+    return record

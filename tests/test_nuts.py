@@ -237,7 +237,7 @@ def test_bad_options(kwargs, match):
         _fit(X, 1, identification=identification, **kwargs)
 
 
-def test_new_data_of_the_same_shapes_reuse_the_compiled_sampler():
+def test_new_data_of_the_same_shapes_reuse_the_compiled_sampler(backend_compiles):
     """The data are arguments of the compiled sampler, not constants baked into it.
 
     ``3 X + 5`` has noise variances 9 times those of ``X``; the scale-aware
@@ -248,17 +248,8 @@ def test_new_data_of_the_same_shapes_reuse_the_compiled_sampler():
     X, _ = _data(150, 4, 1, 0.5, seed=10)
     options = {"num_warmup": 150, "num_samples": 150, "num_chains": 1, "random_state": 0}
     first = _fit(X, 1, **options)
-    compiles = []
-
-    def listen(name, secs, **kwargs):
-        if name == "/jax/core/compile/backend_compile_duration":
-            compiles.append(secs)
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
+    with backend_compiles() as compiles:
         second = _fit(3 * X + 5, 1, **options)
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
     assert compiles == []
     assert second.draws.noise.mean() / first.draws.noise.mean() == pytest.approx(9.0, rel=0.05)
 

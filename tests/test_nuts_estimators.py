@@ -3,7 +3,6 @@
 import warnings
 
 import arviz as az
-import jax
 import numpy as np
 import pytest
 from sklearn.datasets import load_diabetes, load_iris
@@ -250,7 +249,7 @@ def test_ard_keeps_three_of_eight_components():
     assert model.noise_variance_ == pytest.approx(0.25, rel=0.15)
 
 
-def test_a_fit_on_new_data_with_another_number_of_rows_compiles_nothing():
+def test_a_fit_on_new_data_with_another_number_of_rows_compiles_nothing(backend_compiles):
     """Issue 18: a compiled program per data shape costs ~60 memory maps, and a long session
     (a notebook, a loop over data sets) died at the kernel's limit. The sampler, the DataTree's
     pointwise log-likelihood and LOO depend on the number of rows only through data."""
@@ -262,18 +261,9 @@ def test_a_fit_on_new_data_with_another_number_of_rows_compiles_nothing():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         loo(PPCA(2, random_state=0, **options).fit(make(80)))
-        compiles = []
-
-        def listen(name, secs, **kwargs):
-            if name == "/jax/core/compile/backend_compile_duration":
-                compiles.append(name)
-
-        jax.monitoring.register_event_duration_secs_listener(listen)
-        try:
+        with backend_compiles() as compiles:
             for n in (81, 97, 130):
                 loo(PPCA(2, random_state=n, **options).fit(make(n)))
-        finally:
-            jax.monitoring.unregister_event_duration_listener(listen)
     assert compiles == []
 
 

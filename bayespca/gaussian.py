@@ -84,7 +84,7 @@ __all__ = [
 ]
 
 _LOG_2PI = 1.8378770664093453
-_ROWS = 4096  # rows per block of the missing-block covariance products
+_ROWS = 1024  # rows per block of the missing-block covariance products
 _REFINE = 3  # refinement steps of the precision: each multiplies its error by ~eps / psi_min
 
 
@@ -350,6 +350,7 @@ class _RowFactors(NamedTuple):
 
     z: Any  # (n, k) posterior means M_i^{-1} A^T y_i in the rotated frame
     chol: Any  # (k, k) or (n, k, k)
+    linv: Any  # (n, k, k) inverses of the per-row factors (missing values), None for complete data
     quad: Any  # (n,) (x_i - mu)^T C^{-1} (x_i - mu) over the observed entries
     logdet: Any  # (n,) log|C| of the observed block
     n_obs: Any  # (n,) or scalar: observed entries per row
@@ -363,6 +364,7 @@ def _row_factors(ops, g, wh: Whitened, X, observed) -> _RowFactors:
     if observed is None:
         chol = wh.chol
         z = _chol_solve(ops, chol, (y @ a).T).T
+        linv = None
         n_obs = y.shape[1]
         logdet = 2.0 * (xp.sum(log_sd) + xp.sum(xp.log(xp.diagonal(chol))))
         logdet = xp.broadcast_to(logdet, y.shape[:1])
@@ -371,7 +373,11 @@ def _row_factors(ops, g, wh: Whitened, X, observed) -> _RowFactors:
         obs = xp.asarray(observed, dtype=bool)
         y = xp.where(obs, y, 0.0)
         chol = _masked_capacitance(ops, wh, obs)
-        z = _chol_solve(ops, chol, (y @ a)[..., None])[..., 0]
+        # Batched solves with n small triangular factors cost as much as inverting them once,
+        # and the inverses serve z, the missing-block covariances and the conditional variances.
+        linv = ops.tri_inverse(chol)
+        u = (linv @ (y @ a)[..., None])[..., 0]  # L_i^{-1} A^T y_i
+        z = (u[:, None, :] @ linv)[:, 0, :]  # (L_i^{-T} u_i)^T
         n_obs = xp.sum(obs, axis=1)
         logdet = 2.0 * (
             xp.sum(xp.where(obs, log_sd, 0.0), axis=1)
@@ -379,18 +385,21 @@ def _row_factors(ops, g, wh: Whitened, X, observed) -> _RowFactors:
         )
         resid = xp.where(obs, y - z @ a.T, 0.0)
     quad = xp.sum(resid**2, axis=1) + xp.sum(z**2, axis=1)
-    return _RowFactors(z, chol, quad, logdet, n_obs)
+    return _RowFactors(z, chol, linv, quad, logdet, n_obs)
 
 
 def _log_density(xp, f: _RowFactors):
     return -0.5 * (f.n_obs * _LOG_2PI + f.logdet + f.quad)
 
 
-def _posterior_covariance(ops, wh: Whitened, chol):
-    """``R M^{-1} R^T`` from the Cholesky factor(s) of ``M`` (rotated frame)."""
+def _posterior_covariance(ops, wh: Whitened, f: _RowFactors):
+    """``R M^{-1} R^T`` from the Cholesky factor(s) of ``M`` or their inverses (rotated frame)."""
     xp = ops.xp
-    k = chol.shape[-1]
-    inv = _chol_solve(ops, chol, xp.broadcast_to(xp.eye(k, dtype=chol.dtype), chol.shape))
+    if f.linv is not None:
+        inv = xp.swapaxes(f.linv, -1, -2) @ f.linv
+    else:
+        k = f.chol.shape[-1]
+        inv = _chol_solve(ops, f.chol, xp.broadcast_to(xp.eye(k, dtype=f.chol.dtype), f.chol.shape))
     r = wh.rotation
     return r @ inv @ r.T
 
@@ -546,7 +555,7 @@ def e_step(g: LowRankGaussian, X, observed=None) -> tuple[LatentPosterior, Any]:
     ops = _ops(g, X, observed)
     wh = whiten(g)
     f = _row_factors(ops, g, wh, X, observed)
-    post = LatentPosterior(f.z @ wh.rotation.T, _posterior_covariance(ops, wh, f.chol))
+    post = LatentPosterior(f.z @ wh.rotation.T, _posterior_covariance(ops, wh, f))
     return post, _log_density(ops.xp, f)
 
 
@@ -605,13 +614,15 @@ def expected_statistics(g: LowRankGaussian, X, observed) -> tuple[SufficientStat
     scatter = centred.T @ centred
     # Sigma_i = L_i^{-T} L_i^{-1} (rotated frame), so D_i W R Sigma_i R^T W^T D_i = B_i B_i^T
     # with B_i = D_i W R L_i^{-T}: over a block of rows, two matrix products.
-    linv = ops.tri_inverse(f.chol)
-    missing = xp.asarray(~obs, dtype=loadings.dtype)
+    linv = f.linv
+    # (d, n): the mask in the layout of the products below, so that applying it streams through
+    # memory (the transposed view of an (n, d) mask made it a third of the E-step's time).
+    missing = xp.asarray(~obs.T, dtype=loadings.dtype)
     for start in range(0, n, _ROWS):
         rows = slice(start, start + _ROWS)
-        b = xp.tensordot(loadings, linv[rows], axes=(1, 2)) * missing[rows].T[:, :, None]  # (d, c, k)
+        b = xp.tensordot(loadings, linv[rows], axes=(1, 2)) * missing[:, rows, None]  # (d, c, k)
         scatter = scatter + ops.gram(xp.reshape(b, (d, -1)))
-    scatter = scatter + xp.diag(xp.sum(missing, axis=0) * wh.sd**2)
+    scatter = scatter + xp.diag(xp.sum(missing, axis=1) * wh.sd**2)
     return SufficientStatistics(n, mean, scatter), xp.sum(_log_density(xp, f))
 
 
@@ -666,7 +677,7 @@ def conditional_missing(g: LowRankGaussian, X, observed) -> MissingConditional:
     obs = xp.asarray(observed, dtype=bool)
     f = _row_factors(ops, g, wh, X, obs)
     k = wh.loadings.shape[1]
-    inv = _chol_solve(ops, f.chol, xp.broadcast_to(xp.eye(k, dtype=f.chol.dtype), f.chol.shape))
+    inv = xp.swapaxes(f.linv, -1, -2) @ f.linv  # M_i^{-1}
     (rows, cols), _ = symmetric_packing(k)
     # psi_j (a_j^T M_i^{-1} a_j + 1) for all (i, j): the packed entries of
     # M_i^{-1} (off-diagonal ones counted twice) against the packed a_j a_j^T.

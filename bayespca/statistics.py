@@ -422,7 +422,46 @@ def prepare(
     data = validate_fit(target, X, allow_nan=allow_nan, min_samples=min_samples)
     arr, missing = data
     observed = None if missing is None else ~missing
+    names = getattr(target, "feature_names_in_", None)
+    quick = _moderate_statistics(arr) if missing is None else None
+    if quick is not None:
+        scale, mean, stats = quick
+        prepared = Prepared(arr if scale == 1.0 else arr / scale, None, scale, names)
+        prepared.__dict__.update(mean=mean, stats=stats)  # the cached properties, computed already
+        return prepared
     scale = power_of_two_scale(arr, observed)
     check_representable(arr, observed, scale)
     working = arr if scale == 1.0 else arr / scale
-    return Prepared(working, missing, scale, getattr(target, "feature_names_in_", None))
+    return Prepared(working, missing, scale, names)
+
+
+# Mean squares of centred data within 2^-200 .. 2^200 (scales within 2^-100 .. 2^100): dividing
+# by the scale then moves no value of the computation into or out of float64's subnormal or
+# overflow range, so statistics computed in data units are those of the working units times
+# powers of two, exactly.
+_MODERATE = (math.ldexp(1.0, -200), math.ldexp(1.0, 200))
+
+
+def _moderate_statistics(X: np.ndarray) -> tuple[float, np.ndarray, SufficientStatistics] | None:
+    """``(scale, mean, stats)`` in working units from one scatter of complete data in data units.
+
+    Scaling by a power of two commutes with every rounding, so the mean and
+    scatter of ``X`` divided by ``scale`` and ``scale^2`` are bit for bit
+    those of ``X / scale`` (what :class:`Prepared` would compute), and the
+    scatter gives the root mean square of the centred entries that fixes
+    ``scale``: no centred copy of ``X``, and most fits need the scatter
+    anyway. None when ``d > n`` (the d x d scatter would cost more than the
+    fit), or when the spread is 0 or extreme (:func:`power_of_two_scale`
+    then scales first).
+    """
+    n, d = X.shape
+    if d > n:
+        return None
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        mean = Prepared(X, None).mean
+        scatter = centred_scatter(X, mean) if np.all(np.isfinite(mean)) else np.full((d, d), np.inf)
+        mean_square = float(np.trace(scatter)) / X.size
+    if not _MODERATE[0] < mean_square < _MODERATE[1]:  # constant data included (0 is not moderate)
+        return None
+    scale = math.ldexp(1.0, round(0.5 * math.log2(mean_square)))
+    return scale, mean / scale, SufficientStatistics(n, mean / scale, scatter / scale**2)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from bayespca.linalg import eigh_top
+from bayespca.linalg import centred_scatter, eigh_top
 from bayespca.statistics import (
     missing_patterns,
     power_of_two_scale,
@@ -77,3 +77,21 @@ def test_eigenpairs_leave_the_scatter_as_it_was(order, k):
     np.testing.assert_array_equal(scatter, kept)
     s = np.linalg.svd(X - X.mean(0), compute_uv=False)[: evals.size]
     np.testing.assert_allclose(np.sqrt(evals), s, rtol=1e-12)
+
+
+@pytest.mark.parametrize(("offset", "spread"), [(0.0, 1.0), (3e5, 7.0), (-2.0, 3e-9), (1e12, 1e10)])
+def test_statistics_from_data_units_equal_those_of_the_working_units_bit_for_bit(offset, spread):
+    # prepare takes the mean and scatter of complete data in data units and divides by powers of
+    # two; the reference scales first (power_of_two_scale) and computes in working units.
+    rng = np.random.default_rng(4)
+    signal = rng.standard_normal((500, 3)) @ rng.standard_normal((3, 12))
+    X = offset + spread * (signal + rng.random((500, 12)))
+    p = prepare(X)
+    scale = power_of_two_scale(X)
+    working = X / scale
+    first = working.mean(axis=0)
+    mean = first + (working - first).mean(axis=0)
+    assert p.scale == scale
+    np.testing.assert_array_equal(p.X, working)
+    np.testing.assert_array_equal(p.mean, mean)
+    np.testing.assert_array_equal(p.stats.scatter, centred_scatter(working, mean))

@@ -41,7 +41,7 @@ import numpy as np
 from bayespca.gaussian import LowRankGaussian
 from bayespca.inference.contract import Fit, ModelSpec
 from bayespca.inference.threads import serial_blas
-from bayespca.linalg import choose_solver, svd_covariance, svd_full, svd_gram
+from bayespca.linalg import choose_solver, svd_full, svd_gram
 from bayespca.messages import warn
 from bayespca.statistics import Prepared, scatter_spectrum
 
@@ -197,14 +197,13 @@ def ppca_closed_form(prepared: Prepared, spec: ModelSpec, *, floor: float = 1e-1
     r = min(k, rank_max)
     solver = choose_solver(n, d, None) if isinstance(X, np.ndarray) else "statistics"
     with serial_blas(n * d * min(n, d)):
-        if solver == "statistics":  # rows held by a backend (bayespca.chunked): the reduced scatter
+        # The scatter from prepare (complete data, d <= n) or a backend's reduction (bayespca.chunked).
+        if solver in ("statistics", "covariance"):
             svd = scatter_spectrum(prepared.stats, r)
         elif solver == "full":
             svd = svd_full(X, mean)
         elif solver == "gram":
             svd = svd_gram(X, mean, r)
-        else:
-            svd = svd_covariance(X, mean, r)
     lam = np.zeros(k)
     lam[:r] = svd.singular_values[:r] ** 2 / n
     total = svd.total_ss / n

@@ -10,8 +10,8 @@ bayespca turns the cache on the first time a sampler or optimiser is
 needed, in ``$BAYESPCA_CACHE_DIR`` or else the user's cache directory
 (``$XDG_CACHE_HOME/bayespca/jax``, ``~/.cache/bayespca/jax`` on Linux,
 ``~/Library/Caches/bayespca/jax`` on macOS, ``%LOCALAPPDATA%\\bayespca\\jax``
-on Windows). It caches programs that took at least half a second to compile
-(a few MB per configuration). Set ``BAYESPCA_CACHE_DIR=off`` to keep it off;
+on Windows). It caches programs that took at least a tenth of a second to
+compile (a few MB per configuration). Set ``BAYESPCA_CACHE_DIR=off`` to keep it off;
 a cache directory you set yourself (``jax.config.jax_compilation_cache_dir``)
 is left as it is. Deleting the directory is always safe.
 """
@@ -26,8 +26,10 @@ __all__ = ["CACHE_ENV", "cache_directory", "enable_compilation_cache"]
 
 CACHE_ENV = "BAYESPCA_CACHE_DIR"
 _OFF = ("", "0", "off", "false", "no", "none")
-# Programs that compile faster than this are cheaper to compile than to read back.
-_MIN_COMPILE_SECONDS = 0.5
+# Programs that compile faster than this are not kept: reading one back costs a few
+# milliseconds, and the samplers' smaller programs (chain set-up, constraining the draws)
+# compile in 0.1-0.2 s in every new process.
+_MIN_COMPILE_SECONDS = 0.1
 
 
 def cache_directory() -> Path | None:

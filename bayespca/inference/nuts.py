@@ -112,6 +112,23 @@ def _theta_of(static: _Static, data: dict, xi: jax.Array) -> dict:
     return _unravel(static)(data["centre"] + step)
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _resolved_priors(noise: str, d: int, priors: prior_classes.Priors, stats: Any):
+    """The data's scales and the priors resolved at them (compiled: one program, not one per operation)."""
+    scales = prior_classes.data_scales(suff_stats=stats, n_features=d, residual=noise == "diagonal")
+    return scales, prior_classes.resolve(priors, noise, scales)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _unconstrained(static: _Static, data: dict, values: dict) -> dict:
+    """The unconstrained coordinates of the model's sites at ``values`` (``static.layout`` unused).
+
+    Compiled: run eagerly, the model's operations each compiled a small
+    program of their own (about a hundred, 2 s in every new process).
+    """
+    return unconstrain_fn(MODELS[static.noise], (), _model_kwargs(static, data), values)
+
+
 def _sampler_potential(static: _Static, data: dict):
     return lambda xi: _potential(static, data, _theta_of(static, data, xi))
 
@@ -190,7 +207,7 @@ def _mode(static: _Static, data: dict, start: np.ndarray) -> tuple[np.ndarray, n
     return x, hessian
 
 
-def _laplace_factor(hessian: np.ndarray) -> jax.Array:
+def _laplace_factor(hessian: np.ndarray) -> np.ndarray:
     """``S`` with ``S S^T`` the inverse of ``hessian`` (eigenvalues floored).
 
     Flat or curved-down directions (should Newton stop short of the mode)
@@ -198,7 +215,7 @@ def _laplace_factor(hessian: np.ndarray) -> jax.Array:
     """
     vals, vecs = np.linalg.eigh(hessian)
     floor = max(1e-8 * vals.max(), 0.1)
-    return jnp.asarray(vecs / np.sqrt(np.maximum(vals, floor)))
+    return vecs / np.sqrt(np.maximum(vals, floor))
 
 
 # Iterations per compiled call: progress is reported between calls, and the number of
@@ -251,39 +268,56 @@ _start_all = jax.jit(jax.vmap(_start, in_axes=(None, None, None, 0, 0)), **_JIT)
 _advance_all = jax.jit(jax.vmap(_advance, in_axes=(None, None, None, 0)), **_JIT)
 
 
-def _run_chains(static, settings, data, init, key, lengths, chain_method, progress_bar):
-    """Draws of ``xi`` (chain, draw, p) and the sampler's statistics (chain, draw) by field.
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _chain_seeds(key: jax.Array, num_chains: int, size: int):
+    """Standard normal starts (chain, size), the chains' keys together and one by one.
 
-    ``lengths`` is ``(num_warmup, num_samples)``. Chains run one after the
-    other (``"sequential"``) or as one vectorized program (``"vectorized"``),
-    in compiled chunks of ``_CHUNK`` transitions; the warm-up's are dropped.
+    One compiled program: each of these operations run eagerly compiled a
+    program of its own in every new process.
     """
+    key_init, key_run = jax.random.split(key)
+    keys = jax.random.split(key_run, num_chains) if num_chains > 1 else key_run[None]
+    return jax.random.normal(key_init, (num_chains, size)), keys, tuple(keys[c] for c in range(num_chains))
+
+
+def _run_chains(static, settings, data, start, lengths, chain_method, progress_bar):
+    """Draws of ``xi`` (chain, draw, p) and the sampler's statistics (chain, draw) by field, in NumPy.
+
+    ``start`` is ``(init, keys, chain_keys)``: initial points (chain, p) and
+    the keys of :func:`_chain_seeds`. ``lengths`` is ``(num_warmup,
+    num_samples)``. Chains run one after the other (``"sequential"``) or as
+    one vectorized program (``"vectorized"``), in compiled chunks of
+    ``_CHUNK`` transitions; the warm-up's are dropped. Each chunk's output
+    comes back to NumPy as it is made (operations on JAX arrays outside a
+    compiled program compile programs of their own).
+    """
+    init, keys, chain_keys = start
     num_chains = init.shape[0]
     num_warmup, num_samples = lengths
     total = num_warmup + num_samples
     chunks = -(-total // _CHUNK)
-    keys = jax.random.split(key, num_chains) if num_chains > 1 else key[None]
     bar = _progress(num_chains * chunks * _CHUNK, progress_bar)
     if chain_method == "vectorized":
         groups = [(_start_all(static, settings, data, init, keys), _advance_all, 1)]
     else:
-        groups = [(_start_one(static, settings, data, init[c], keys[c]), _advance_one, 0)
+        groups = [(_start_one(static, settings, data, init[c], chain_keys[c]), _advance_one, 0)
                   for c in range(num_chains)]
     runs = []
     for state, advance, axis in groups:
         pieces = []
         for _ in range(chunks):
             state, out = advance(static, settings, data, state)
-            pieces.append(out)
+            pieces.append(jax.tree.map(np.asarray, out))
             if bar is not None:
                 bar.update(_CHUNK * (num_chains if axis else 1))
-        out = jax.tree.map(lambda *a, axis=axis: jnp.concatenate(a, axis=axis), *pieces)
-        runs.append(jax.tree.map(lambda a, axis=axis: jnp.moveaxis(a, axis, 0)[num_warmup:total], out))
+        # The chunks joined along the draws, draws first, the warm-up dropped.
+        joined = jax.tree.map(lambda *a, axis=axis: np.concatenate(a, axis=axis), *pieces)
+        runs.append(jax.tree.map(lambda a, axis=axis: np.moveaxis(a, axis, 0)[num_warmup:total], joined))
     if bar is not None:
         bar.close()
     # (draw, chain, ...) from the vectorized run, (draw, ...) per sequential chain.
-    out = jax.tree.map(lambda a: jnp.moveaxis(a, 0, 1), runs[0]) if chain_method == "vectorized" else (
-        jax.tree.map(lambda *a: jnp.stack(a), *runs)
+    out = jax.tree.map(lambda a: np.moveaxis(a, 0, 1), runs[0]) if chain_method == "vectorized" else (
+        jax.tree.map(lambda *a: np.stack(a), *runs)
     )
     fields = (*_EXTRA_FIELDS, "step_size")
     return out[0], dict(zip(fields, out[1:], strict=True))
@@ -330,8 +364,8 @@ def _rough_scales(start: dict, n: int, variances: np.ndarray) -> jax.Array:
             s = np.sqrt(variances / n)
         else:
             s = size
-        scales[name] = jnp.broadcast_to(jnp.asarray(s, dtype=float), value.shape)
-    return ravel_pytree(scales)[0]
+        scales[name] = np.broadcast_to(np.asarray(s, dtype=float), value.shape)
+    return np.concatenate([scales[name].ravel() for name in sorted(scales)])  # ravel_pytree's order
 
 
 def _identify(w: np.ndarray, reference: np.ndarray, identification: str, psi: Any = None) -> np.ndarray:
@@ -446,8 +480,7 @@ def fit_nuts(
     if isinstance(priors.loadings, prior_classes.Horseshoe):
         priors.loadings.check(d)
     stats = prepared.stats if prepared.missing is None else prepared.patterns
-    scales = prior_classes.data_scales(suff_stats=stats, n_features=d, residual=noise == "diagonal")
-    resolved = prior_classes.resolve(priors, noise, scales)
+    scales, resolved = _resolved_priors(noise, d, priors, stats)
     # The noise prior resolved once here: FA's default takes an eigendecomposition (d x d) of the data
     # that the model would otherwise repeat at every gradient.
     priors = priors._replace(noise=resolved.noise)
@@ -464,7 +497,7 @@ def fit_nuts(
         reference_w = np.asarray(rotate(reference_w, "varimax").loadings)
         standard_error = np.sqrt(np.asarray(ml.noise) / n)[:, None]
         reparam = prior_classes.HorseshoeReparam(
-            jnp.asarray(np.abs(reference_w) > _CENTRED_AT * standard_error), jnp.asarray(standard_error)
+            np.abs(reference_w) > _CENTRED_AT * standard_error, standard_error
         )
     elif identification == "lower_triangular":
         from bayespca.models import lower_triangular
@@ -479,31 +512,30 @@ def fit_nuts(
     if reparam is not None:
         values["W_z"] = np.where(reparam.centred, reference_w / reparam.standard_error, values["W_z"])
     data = {"prior": priors, "stats": stats, "reparam": reparam}
-    kwargs = {"n_components": k, "prior": priors, "identification": identification,
-              "suff_stats": stats, "reparam": reparam}
-    theta = unconstrain_fn(MODELS[noise], (), kwargs, values)
+    theta = _unconstrained(_Static(noise, k, identification, ()), data, values)
     theta = {name: np.asarray(v, dtype=float) for name, v in sorted(theta.items())}
     static = _Static(noise, k, identification, tuple((name, v.shape) for name, v in theta.items()))
-    centre = ravel_pytree({name: jnp.asarray(v) for name, v in theta.items()})[0]
+    centre = np.concatenate([v.ravel() for v in theta.values()])  # ravel_pytree's order: sorted names
     init_scale = 1.0
     if reparam is not None:
         # Its coordinates are unit-free already (loadings in standard errors, log scales), and
         # a Laplace fit to the scales' heavy tails misleads; start a few tenths of a unit away.
-        factor = jnp.ones(centre.size)
+        factor = np.ones(centre.size)
         init_scale = 0.1 * min(1.0, 10.0 / np.sqrt(n))
     elif centre.size <= _MAX_LAPLACE_SIZE:
-        mode, hessian = _mode(static, data, np.asarray(centre))
-        centre, factor = jnp.asarray(mode), _laplace_factor(hessian)
+        centre, hessian = _mode(static, data, centre)
+        factor = _laplace_factor(hessian)
     else:
         factor = _rough_scales(theta, n, prepared.variances)
     data["centre"], data["factor"] = centre, factor
 
-    key_init, key_run = jax.random.split(key)
+    normal, keys, chain_keys = _chain_seeds(key, num_chains, centre.size)
     # Draws from the Laplace approximation at the mode (or a few rough posterior sds around the ML fit).
-    init = init_scale * jax.random.normal(key_init, (num_chains, centre.size))
+    init = init_scale * np.asarray(normal)
     settings = (int(num_warmup), bool(dense_mass), float(target_accept_prob))
     lengths = (int(num_warmup), int(num_samples))
-    xi, extra = _run_chains(static, settings, data, init, key_run, lengths, chain_method, progress_bar)
+    start = (init, keys, chain_keys)
+    xi, extra = _run_chains(static, settings, data, start, lengths, chain_method, progress_bar)
     sites = jax.tree.map(np.asarray, _constrained_draws(static, data, xi.reshape(-1, centre.size)))
     draws = _draws(sites, extra, identification, reference_w, start_point, noise, (num_chains, num_samples))
     return _posterior_fit(draws, stats, n).to_data_units(prepared.scale, prepared.total_observed)

@@ -104,7 +104,7 @@ def relative_efficiency(log_likelihood: Any) -> float:
     >>> round(relative_efficiency(rng.normal(size=(4, 500, 3))), 1)  # independent draws
     1.0
     """
-    import arviz as az
+    import arviz_stats
 
     ll = np.asarray(log_likelihood, dtype=float)
     if ll.ndim != 3:
@@ -114,7 +114,7 @@ def relative_efficiency(log_likelihood: Any) -> float:
     # The likelihood, not its log: PSIS weights are its reciprocal. Scaling
     # each row by its maximum leaves the ESS unchanged and avoids underflow.
     lik = np.exp(ll - ll.max(axis=(0, 1), keepdims=True))
-    ess = np.asarray(az.ess(lik, method="mean"), dtype=float)
+    ess = np.asarray(arviz_stats.ess(lik, method="mean"), dtype=float)
     ess = ess[np.isfinite(ess)]  # a constant row (nothing observed) has no ESS
     if ess.size == 0:
         return 1.0
@@ -199,7 +199,7 @@ def loo(model: Any, *, var_name: str | None = None, name: str = "model", max_ref
     >>> bool(abs(loo(tree).elpd - exact) < 0.05)
     True
     """
-    import arviz as az
+    import arviz_stats
 
     check_number(max_refits, "max_refits", integer=True, low=0)
     tree = _datatree(model, name)
@@ -218,7 +218,7 @@ def loo(model: Any, *, var_name: str | None = None, name: str = "model", max_ref
     with warnings.catch_warnings():
         # ArviZ's generic message is replaced by ours, which names the fixes.
         warnings.filterwarnings("ignore", message="Estimated shape parameter of Pareto")
-        result = az.loo(tree, pointwise=True, var_name=var_name, reff=reff)
+        result = arviz_stats.loo(tree, pointwise=True, var_name=var_name, reff=reff)
         bad = int(np.sum(np.asarray(result.pareto_k) > KHAT_THRESHOLD))
         if 0 < bad <= max_refits and hasattr(model, "gaussian_"):
             from arviz_stats import reloo
@@ -328,7 +328,7 @@ def compare(models: Mapping, *, method: str = "stacking") -> pd.DataFrame:
     >>> list(table.index), bool(table["elpd_diff"].iloc[1] < -2 * table["dse"].iloc[1])
     (['s=1', 's=2'], True)
     """
-    import arviz as az
+    import arviz_stats
     from arviz_stats.utils import ELPDData
 
     if not isinstance(models, Mapping) or len(models) < 2:
@@ -347,7 +347,7 @@ def compare(models: Mapping, *, method: str = "stacking") -> pd.DataFrame:
         raise ValueError(f"models must be fitted to the same rows; numbers of rows: {sizes}.")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Estimated shape parameter of Pareto")
-        table = az.compare(elpds, method=method, round_to="none")
+        table = arviz_stats.compare(elpds, method=method, round_to="none")
     table["warning"] = [bool(elpds[name].warning) for name in table.index]
     table["pareto_k_max"] = [float(np.nanmax(np.asarray(elpds[name].pareto_k))) for name in table.index]
     return table

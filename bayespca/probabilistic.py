@@ -324,7 +324,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         ess_tail, r_hat, mcse.
         """
         self._check_nuts("summary")
-        import arviz as az
+        import arviz_stats
 
         noise = "sigma2" if self._noise == "isotropic" else "psi"
         names = [noise, "eigenvalues", "log_lik", "W"]
@@ -334,9 +334,9 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         # One variable at a time: ArviZ 1.3's summary of several variables flattens W in
         # (component, feature) order but labels it (feature, component) once a variable
         # with only the component dim precedes it.
-        return pd.concat(
-            [az.summary(self.posterior_, var_names=[v], ci_kind="eti", ci_prob=ci_prob) for v in names]
-        )
+        summaries = [arviz_stats.summary(self.posterior_, var_names=[v], ci_kind="eti", ci_prob=ci_prob)
+                     for v in names]
+        return pd.concat(summaries)
 
     def _check_nuts(self, what):
         check_is_fitted(self, "gaussian_")

@@ -153,6 +153,8 @@ class _NumPyOps:
     @staticmethod
     def gram(b):
         """``b @ b.T`` for a 2-D ``b``, by BLAS's symmetric rank-k update (half the flops)."""
+        if b.shape[1] == 0:  # BLAS rejects an empty inner dimension (k = 0)
+            return np.zeros((b.shape[0], b.shape[0]))
         # b.T of a C-ordered b is Fortran-ordered: BLAS reads it without a copy.
         upper = scipy.linalg.blas.dsyrk(1.0, b.T, trans=1)  # upper triangle only
         return np.triu(upper) + np.triu(upper, 1).T
@@ -614,13 +616,12 @@ def expected_statistics(g: LowRankGaussian, X, observed) -> tuple[SufficientStat
     scatter = centred.T @ centred
     # Sigma_i = L_i^{-T} L_i^{-1} (rotated frame), so D_i W R Sigma_i R^T W^T D_i = B_i B_i^T
     # with B_i = D_i W R L_i^{-T}: over a block of rows, two matrix products.
-    linv = f.linv
     # (d, n): the mask in the layout of the products below, so that applying it streams through
     # memory (the transposed view of an (n, d) mask made it a third of the E-step's time).
     missing = xp.asarray(~obs.T, dtype=loadings.dtype)
     for start in range(0, n, _ROWS):
         rows = slice(start, start + _ROWS)
-        b = xp.tensordot(loadings, linv[rows], axes=(1, 2)) * missing[:, rows, None]  # (d, c, k)
+        b = xp.tensordot(loadings, f.linv[rows], axes=(1, 2)) * missing[:, rows, None]  # (d, c, k)
         scatter = scatter + ops.gram(xp.reshape(b, (d, -1)))
     scatter = scatter + xp.diag(xp.sum(missing, axis=1) * wh.sd**2)
     return SufficientStatistics(n, mean, scatter), xp.sum(_log_density(xp, f))

@@ -85,6 +85,7 @@ __all__ = [
 
 _LOG_2PI = 1.8378770664093453
 _ROWS = 1024  # rows per block of the missing-block covariance products
+_SMALL_FACTOR = 32  # batched triangular factors up to this size are inverted by substitution
 _REFINE = 3  # refinement steps of the precision: each multiplies its error by ~eps / psi_min
 
 
@@ -167,7 +168,26 @@ class _NumPyOps:
             if info != 0:
                 raise np.linalg.LinAlgError("singular triangular factor")
             return np.tril(inverse)
+        if chol.ndim == 3 and 0 < chol.shape[-1] <= _SMALL_FACTOR:
+            return _batched_tri_inverse(chol)
         return np.linalg.inv(chol)
+
+
+def _batched_tri_inverse(chol: np.ndarray) -> np.ndarray:
+    """``L_i^{-1}`` of many small lower triangular ``L_i`` (n, k, k), by substitution over the rows.
+
+    Row ``r`` of ``X = L^{-1}`` is ``(e_r - L[r, :r] X[:r]) / L[r, r]``: ``k``
+    small batched products, each over all ``n`` factors at once, half the
+    time of a batched LU inverse at k = 10 (which ignores the zeros).
+    """
+    inverse = np.zeros_like(chol)
+    diagonal = np.diagonal(chol, axis1=1, axis2=2)
+    for r in range(chol.shape[-1]):
+        inverse[:, r, r] = 1.0 / diagonal[:, r]
+        if r:
+            row = np.einsum("nm,nmj->nj", chol[:, r, :r], inverse[:, :r, :r])
+            inverse[:, r, :r] = -row / diagonal[:, r, None]
+    return inverse
 
 
 class _JaxOps:
@@ -382,7 +402,7 @@ def _row_factors(ops, g, wh: Whitened, X, observed) -> _RowFactors:
         z = (u[:, None, :] @ linv)[:, 0, :]  # (L_i^{-T} u_i)^T
         n_obs = xp.sum(obs, axis=1)
         logdet = 2.0 * (
-            xp.sum(xp.where(obs, log_sd, 0.0), axis=1)
+            xp.asarray(obs, dtype=log_sd.dtype) @ log_sd  # sum of log sd over the observed entries
             + xp.sum(xp.log(xp.diagonal(chol, axis1=-2, axis2=-1)), axis=1)
         )
         resid = xp.where(obs, y - z @ a.T, 0.0)

@@ -90,6 +90,11 @@ def _unravel(static: _Static):
     return ravel_pytree({name: jnp.zeros(shape) for name, shape in static.layout})[1]
 
 
+def _ravel(sites: dict) -> np.ndarray:
+    """The sites as one vector in :func:`_unravel`'s order (``ravel_pytree``'s: sorted names), in NumPy."""
+    return np.concatenate([np.ravel(sites[name]) for name in sorted(sites)])
+
+
 def _model_kwargs(static: _Static, data: dict) -> dict:
     return {
         "n_components": static.k,
@@ -350,7 +355,7 @@ def _constrained_draws(static: _Static, data: dict, xi: jax.Array) -> dict:
     return jax.lax.map(one, xi)
 
 
-def _rough_scales(start: dict, n: int, variances: np.ndarray) -> jax.Array:
+def _rough_scales(start: dict, n: int, variances: np.ndarray) -> np.ndarray:
     """Rough posterior sds of the unconstrained sites, used instead of the Laplace factor for large models."""
     size = 0.1 * min(1.0, 10.0 / np.sqrt(n))
     scales = {}
@@ -365,7 +370,7 @@ def _rough_scales(start: dict, n: int, variances: np.ndarray) -> jax.Array:
         else:
             s = size
         scales[name] = np.broadcast_to(np.asarray(s, dtype=float), value.shape)
-    return np.concatenate([scales[name].ravel() for name in sorted(scales)])  # ravel_pytree's order
+    return _ravel(scales)
 
 
 def _identify(w: np.ndarray, reference: np.ndarray, identification: str, psi: Any = None) -> np.ndarray:
@@ -421,7 +426,7 @@ def fit_nuts(
     num_warmup: int = 500,
     num_samples: int = 500,
     num_chains: int = 4,
-    chain_method: str = "sequential",
+    chain_method: str = "vectorized",
     target_accept_prob: float = 0.9,
     dense_mass: bool = False,
     random_state: Any = None,
@@ -438,10 +443,14 @@ def fit_nuts(
         :func:`bayespca.priors.as_priors`, in data units) and
         ``identification`` (see :mod:`bayespca.models`).
     num_warmup, num_samples, num_chains : int
-    chain_method : {"sequential", "vectorized"}, default="sequential"
-        Chains one after the other, or vectorized into one program
-        (``jax.vmap``: every transition waits for the longest trajectory of
-        the chains).
+    chain_method : {"vectorized", "sequential"}, default="vectorized"
+        Chains vectorized into one program (``jax.vmap``: every transition
+        waits for the longest trajectory of the chains), or one after the
+        other. Vectorized is the faster on a CPU: a transition's small
+        matrix operations cost little more for four chains than for one
+        (measured, 4 x (500 + 500), warm: pPCA n=1000, d=20, k=3 2.0 s vs
+        3.1 s; FA 2.5 s vs 3.2 s; pPCA d=50, k=5 6.5 s vs 8.1 s; the
+        horseshoe, whose trees vary most, 31 s vs 36 s).
     target_accept_prob : float, default=0.9
     dense_mass : bool, default=False
         Adapt a dense mass matrix. The Laplace whitening already removes the
@@ -515,7 +524,7 @@ def fit_nuts(
     theta = _unconstrained(_Static(noise, k, identification, ()), data, values)
     theta = {name: np.asarray(v, dtype=float) for name, v in sorted(theta.items())}
     static = _Static(noise, k, identification, tuple((name, v.shape) for name, v in theta.items()))
-    centre = np.concatenate([v.ravel() for v in theta.values()])  # ravel_pytree's order: sorted names
+    centre = _ravel(theta)
     init_scale = 1.0
     if reparam is not None:
         # Its coordinates are unit-free already (loadings in standard errors, log scales), and

@@ -376,11 +376,13 @@ class ComparisonResult:
     rule : str
         How ``n_components`` was chosen.
     comparison : pandas.DataFrame
-        The table of :func:`compare` (ArviZ's, best first), indexed by k.
+        The table of :func:`compare` (ArviZ's, best first), indexed by k, or
+        of :func:`bayespca.subsampled_loo.compare_subsampled`.
     models : dict of int -> estimator
         The NUTS fits.
-    loo : dict of int -> arviz_stats.ELPDData
-        Pointwise PSIS-LOO of each fit.
+    loo : dict of int -> arviz_stats.ELPDData or SubsampledLOO
+        Pointwise PSIS-LOO of each fit (subsampled on Dask input and for
+        large n; see :func:`compare_n_components`).
     """
 
     table: pd.DataFrame
@@ -418,13 +420,12 @@ def _n_parameters(k: int, d: int, model: str) -> int:
 
 def _spectral_criteria(X: np.ndarray, ks: list[int]) -> tuple[np.ndarray, int | None]:
     """Minka's log-evidence at each k and the Gavish-Donoho rank (NaN, None with missing values)."""
-    from bayespca.linalg import svd_full
     from bayespca.selection import select_from_singular_values
 
     n, d = X.shape
-    if np.isnan(X).any():
+    s = _singular_values(X)
+    if s is None:
         return np.full(len(ks), np.nan), None
-    s = svd_full(X, X.mean(axis=0)).singular_values
     minka = np.full(len(ks), np.nan)
     if n >= d:
         sel = select_from_singular_values(s, n, d, "mle")
@@ -432,6 +433,22 @@ def _spectral_criteria(X: np.ndarray, ks: list[int]) -> tuple[np.ndarray, int | 
         minka = np.array([lookup.get(k, np.nan) for k in ks])
     gd = select_from_singular_values(s, n, d, "gavish-donoho").n_components
     return minka, gd
+
+
+def _singular_values(X) -> np.ndarray | None:
+    """Singular values of the centred data, None with missing values (Dask input: from the scatter)."""
+    from bayespca.chunked import is_chunked
+    from bayespca.linalg import svd_full
+
+    if not is_chunked(X):
+        return None if np.isnan(X).any() else svd_full(X, X.mean(axis=0)).singular_values
+    from bayespca.statistics import prepare
+
+    prepared = prepare(X)
+    if prepared.missing is not None:
+        return None
+    eigenvalues = np.linalg.eigvalsh(prepared.stats.scatter)[::-1]
+    return np.sqrt(np.clip(eigenvalues, 0.0, None)) * prepared.scale
 
 
 def _cross_validated(X, ks, estimator, cv, seed):
@@ -473,6 +490,7 @@ def compare_n_components(
     model: str = "ppca",
     method: str = "nuts",
     cv: int = 5,
+    observations: int = 400,
     random_state: Any = None,
     progress_bar: bool | None = None,
     **fit_kwargs,
@@ -496,6 +514,17 @@ def compare_n_components(
     since the best k may then lie outside the range. Warnings of the fit of
     one k are raised again prefixed ``n_components=k:``.
 
+    On Dask input, or when rows x draws exceed
+    :data:`bayespca.subsampled_loo.SUBSAMPLE_ABOVE` (n > 10,000 at 4 x 500
+    draws), PSIS-LOO is subsampled (:func:`bayespca.subsampled_loo.loo_subsample`,
+    Magnusson et al. 2019): every k is scored on the same ``observations``
+    rows, so the differences between k are paired, with the approximations
+    of every row reduced chunk by chunk; the table gains
+    ``subsampling_dse`` and its ``weight`` is NaN. On Dask input the NUTS
+    and ML fits come from the reduced statistics, Minka and Gavish-Donoho
+    from the reduced scatter; the cross-validation columns are NaN and
+    parallel analysis is not run (both need the rows in memory).
+
     The recommendation is the smallest k whose elpd is below the best by at
     most ``max(dse, 4)``: within one standard error of its paired difference
     to the best k, or closer than 4, below which Sivula et al. (2025) find
@@ -507,7 +536,7 @@ def compare_n_components(
 
     Parameters
     ----------
-    X : array-like of shape (n_samples, n_features)
+    X : array-like, dask.array.Array or dask.dataframe.DataFrame of shape (n_samples, n_features)
         NaN marks a missing entry: each row then counts with its observed
         entries (likelihood, LOO and cross-validation); Minka and
         Gavish-Donoho, which need the complete spectrum, are NaN / False.
@@ -523,6 +552,9 @@ def compare_n_components(
         (see the module docstring).
     cv : int, default=5
         Folds of the cross-validation of the ML fit (>= 2).
+    observations : int, default=400
+        Rows of the subsample when PSIS-LOO is subsampled (see above; all
+        rows when there are fewer).
     random_state : int, numpy Generator or None
         Seeds the NUTS fits (one derived seed per k) and the folds.
     progress_bar : bool or None, default=None
@@ -546,14 +578,19 @@ def compare_n_components(
     (1, [1, 2], True)
     """
     from bayespca.probabilistic import PPCA, FactorAnalysis, default_candidates, max_components
+    from bayespca.subsampled_loo import SUBSAMPLE_ABOVE, compare_subsampled, loo_subsample
 
     check_choice(model, "model", _MODELS)
     if method == "svi":
         raise ValueError(_SVI_REFUSAL.format(what="method='svi' is not supported"))
     if method != "nuts":
         raise ValueError(f"method must be 'nuts' (or 'svi', which is refused); got {method!r}.")
-    arr = as_float_matrix(X, name="X", allow_nan=True)
+    from bayespca.chunked import as_dask_matrix, is_chunked
+
+    chunked = is_chunked(X)
+    arr = as_dask_matrix(X)[0] if chunked else as_float_matrix(X, name="X", allow_nan=True)
     n, d = arr.shape
+    check_number(observations, "observations", integer=True, low=2)
     if d < 2:
         raise ValueError(f"X must have at least 2 features to compare numbers of components; got {d}.")
     if n_components is None:
@@ -571,20 +608,28 @@ def compare_n_components(
     seeds = as_generator(random_state).integers(2**31, size=len(ks) + 1)
 
     fits, elpds = {}, {}
+    probe = estimator(**fit_kwargs)
+    subsampled = chunked or n * probe.num_chains * probe.num_samples > SUBSAMPLE_ABOVE
     for k, seed in _with_progress(ks, seeds[:-1], progress_bar):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             fits[k] = estimator(n_components=k, method="nuts", random_state=int(seed), **fit_kwargs).fit(X)
-            elpds[k] = loo(fits[k], name=f"n_components={k}")
+            # One subsample for every k (same seed): their elpd differences are then paired.
+            elpds[k] = (loo_subsample(fits[k], X, observations=min(observations, n), seed=int(seeds[-1]))
+                        if subsampled else loo(fits[k], name=f"n_components={k}"))
         _reraise(caught, k)
-    comparison = compare(elpds)
+    comparison = compare_subsampled(elpds) if subsampled else compare(elpds)
 
     ml_loglik = np.array([estimator(n_components=k).fit(arr).log_likelihood_ for k in ks])
     params = np.array([_n_parameters(k, d, model) for k in ks])
     minka, gd_rank = _spectral_criteria(arr, ks)
-    cv_mean, cv_se = _cross_validated(arr, ks, estimator, cv, int(seeds[-1]))
+    if chunked:  # held-out folds need the rows in memory; the subsampled LOO is the check here
+        cv_mean = cv_se = np.full(len(ks), np.nan)
+    else:
+        cv_mean, cv_se = _cross_validated(arr, ks, estimator, cv, int(seeds[-1]))
 
     loo_columns = ["elpd", "se", "elpd_diff", "dse", "p", "weight", "rank", "warning", "pareto_k_max"]
+    loo_columns += ["subsampling_dse"] if subsampled else []
     table = comparison.loc[ks, loo_columns].copy()
     table.index = pd.Index(ks, name="n_components")
     table["rank"] = table["rank"].astype(int)
@@ -597,7 +642,7 @@ def compare_n_components(
     # Parallel analysis (Horn; psych::fa.parallel): of the correlation matrix for pPCA, its SMC-reduced
     # form for FA; it needs the complete data.
     pa_rank = None
-    if not np.isnan(arr).any():
+    if not chunked and not np.isnan(arr).any():
         from bayespca.selection import parallel_analysis
 
         kind = "pca" if model == "ppca" else "fa"

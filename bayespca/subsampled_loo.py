@@ -21,13 +21,15 @@ leave-one-out cross-validation for large data. ICML, PMLR 97, 4244-4253.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
+import pandas as pd
 
 from bayespca.params import check_number, check_seed
 
-__all__ = ["SUBSAMPLE_ABOVE", "SubsampledLOO", "loo_subsample"]
+__all__ = ["SUBSAMPLE_ABOVE", "SubsampledLOO", "compare_subsampled", "loo_subsample"]
 
 #: Rows x draws above which :func:`loo_subsample` is the LOO to use (full PSIS-LOO below).
 SUBSAMPLE_ABOVE = 20_000_000
@@ -50,6 +52,11 @@ class SubsampledLOO(NamedTuple):
         PSIS shapes of the sampled rows.
     observations : ndarray of int
         The sampled rows.
+    elpd_i : ndarray of shape (subsample_size,)
+        PSIS-LOO ``elpd_loo`` of the sampled rows.
+    approximation : ndarray of shape (n_data_points,)
+        ``a_i = log (1/S) sum_s p(x_i | theta_s)`` of every row (their sum
+        is the in-sample ``lpd``).
     """
 
     elpd: float
@@ -59,6 +66,8 @@ class SubsampledLOO(NamedTuple):
     n_data_points: int
     pareto_k: np.ndarray
     observations: np.ndarray
+    elpd_i: np.ndarray
+    approximation: np.ndarray
 
 
 def loo_subsample(model: Any, X: Any, *, observations: int = 400, seed: Any = 0) -> SubsampledLOO:
@@ -100,7 +109,6 @@ def loo_subsample(model: Any, X: Any, *, observations: int = 400, seed: Any = 0)
     >>> bool(result.subsampling_se > 0), result.subsample_size
     (True, 100)
     """
-    import xarray as xr
     from arviz_base import from_dict
     from arviz_stats import loo
     from scipy.special import logsumexp
@@ -136,10 +144,84 @@ def loo_subsample(model: Any, X: Any, *, observations: int = 400, seed: Any = 0)
         dims={"mu": ["feature"], "X": ["obs"]},
     )
     exact = loo(tree, var_name="X", pointwise=True)
-    a_all = xr.DataArray(approx, dims=["obs"])
-    a_sample = xr.DataArray(approx[rows], dims=["obs"], coords={"obs": exact.elpd_i["obs"].values})
-    elpd, subsampling_se, se = exact.elpd_i.azstats.diff_srs_estimator(
-        lpd_approx_sample=a_sample, lpd_approx_all=a_all, n_data_points=n
+    elpd, subsampling_se, se = _difference_estimate(np.asarray(exact.elpd_i), approx[rows], approx)
+    return SubsampledLOO(elpd, se, subsampling_se, observations, n, np.asarray(exact.pareto_k), rows,
+                         np.asarray(exact.elpd_i), approx)
+
+
+def _difference_estimate(sampled: np.ndarray, approx_sampled: np.ndarray, approx_all: np.ndarray):
+    """``(estimate, subsampling se, se)`` of ``sum_i v_i`` from ``v`` on a simple random sample of rows.
+
+    ArviZ's difference estimator (``azstats.diff_srs_estimator``, Magnusson
+    et al. 2019), with ``approx_*`` the cheap approximation of ``v``.
+    """
+    import xarray as xr
+
+    elpd, subsampling_se, se = xr.DataArray(sampled, dims=["obs"]).azstats.diff_srs_estimator(
+        lpd_approx_sample=xr.DataArray(approx_sampled, dims=["obs"]),
+        lpd_approx_all=xr.DataArray(approx_all, dims=["obs"]),
+        n_data_points=approx_all.size,
     )
-    return SubsampledLOO(float(elpd), float(se), float(subsampling_se), observations, n,
-                         np.asarray(exact.pareto_k), rows)
+    return float(elpd), float(subsampling_se), float(se)
+
+
+def compare_subsampled(results: Mapping[Any, SubsampledLOO]) -> pd.DataFrame:
+    """Models ranked by subsampled PSIS-LOO, with paired differences by the difference estimator.
+
+    For models fitted to the same rows and scored on the same subsample
+    (same ``seed`` and ``observations``), the difference to the best model
+    is estimated as the elpd itself, from the sampled rows' differences
+    ``elpd_loo_i(best) - elpd_loo_i(m)`` and those of the approximations
+    ``a_i`` of every row: ``dse`` is the standard error of that paired
+    difference (data and subsampling), ``subsampling_dse`` its subsampling
+    part. ``p = sum_i a_i - elpd`` (``lpd - elpd_loo``).
+
+    Parameters
+    ----------
+    results : mapping of name -> SubsampledLOO
+        From :func:`loo_subsample` with the same subsample.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Best first: ``rank``, ``elpd``, ``p``, ``elpd_diff`` (``elpd - best``,
+        <= 0), ``weight`` (NaN: stacking needs every row's ``elpd_loo``),
+        ``se``, ``dse``, ``subsampling_dse``, ``warning`` (a sampled row
+        with ``k-hat > 0.7``) and ``pareto_k_max``.
+
+    Examples
+    --------
+    >>> rows = np.array([0, 2])
+    >>> a = SubsampledLOO(-10.0, 1.0, 0.1, 2, 4, np.zeros(2), rows, np.array([-2.0, -3.0]),
+    ...                   np.array([-2.0, -2.5, -3.0, -2.5]))
+    >>> b = a._replace(elpd=-12.0, elpd_i=a.elpd_i - 0.5, approximation=a.approximation - 0.5)
+    >>> table = compare_subsampled({"a": a, "b": b})
+    >>> list(table.index), float(table.loc["b", "elpd_diff"])
+    (['a', 'b'], -2.0)
+    """
+    from bayespca.comparison import KHAT_THRESHOLD
+
+    names = sorted(results, key=lambda name: -results[name].elpd)
+    best = results[names[0]]
+    rows = []
+    for name in names:
+        r = results[name]
+        if not np.array_equal(r.observations, best.observations) or r.n_data_points != best.n_data_points:
+            raise ValueError(
+                "results must score the same rows on the same subsample (loo_subsample with the same "
+                f"seed and observations); {name!r} and {names[0]!r} differ."
+            )
+        if r is best:
+            diff, sub_dse, dse = 0.0, 0.0, 0.0
+        else:
+            diff, sub_dse, dse = _difference_estimate(
+                r.elpd_i - best.elpd_i, (r.approximation - best.approximation)[r.observations],
+                r.approximation - best.approximation,
+            )
+        khat = float(np.nanmax(r.pareto_k))
+        rows.append({"elpd": r.elpd, "p": float(r.approximation.sum()) - r.elpd, "elpd_diff": diff,
+                     "weight": np.nan, "se": r.se, "dse": dse, "subsampling_dse": sub_dse,
+                     "warning": khat > KHAT_THRESHOLD, "pareto_k_max": khat})
+    table = pd.DataFrame(rows, index=pd.Index(names))
+    table.insert(0, "rank", np.arange(len(names)))
+    return table

@@ -182,6 +182,68 @@ def test_subsampled_loo_agrees_with_full_loo():
     assert abs(lazy.elpd - full.elpd) <= 2 * lazy.subsampling_se
 
 
+def _full_loo_of(model, X):
+    """PSIS-LOO of every row on the model's own draws: the reference of the subsampled estimate."""
+    from arviz_base import from_dict
+
+    from bayespca.posterior import pointwise_log_likelihood
+
+    tree = from_dict({"posterior": {"mu": model.nuts_.mean},
+                      "log_likelihood": {"X": pointwise_log_likelihood(model.nuts_, X)}},
+                     dims={"mu": ["feature"], "X": ["obs"]})
+    return azs.loo(tree, var_name="X", pointwise=True)
+
+
+def _check_subsampled(result, X, ks):
+    """Each k's elpd and its difference to the best within 3 subsampling se of full PSIS-LOO on its draws."""
+    full = {k: _full_loo_of(result.models[k], X) for k in ks}
+    best = int(result.comparison.index[0])
+    for k in ks:
+        sub = result.loo[k]
+        assert abs(sub.elpd - full[k].elpd) <= 3 * sub.subsampling_se
+        exact_diff = float(np.sum(np.asarray(full[k].elpd_i) - np.asarray(full[best].elpd_i)))
+        row = result.table.loc[k]
+        assert abs(row["elpd_diff"] - exact_diff) <= 3 * row["subsampling_dse"] + 1e-9
+        assert row["p"] == pytest.approx(float(np.sum(sub.approximation)) - sub.elpd)
+    assert np.isnan(result.table["weight"]).all()
+
+
+def test_compare_n_components_on_dask_subsamples_loo():
+    from bayespca import compare_n_components
+
+    rng = np.random.default_rng(3)  # pPCA data: two components, isotropic noise
+    X = rng.normal(size=(2000, 2)) @ rng.normal(size=(2, 4)) * 2 + rng.normal(size=(2000, 4)) + 10
+    ks = [1, 2, 3]
+    kw = {"num_warmup": 150, "num_samples": 150, "num_chains": 2, "random_state": 0, "progress_bar": False}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = compare_n_components(da.from_array(X, chunks=(300, 4)), ks, observations=300, **kw)
+    assert result.n_components == 2  # the planted number of factors
+    _check_subsampled(result, X, ks)
+    # The ML criteria from the reduced statistics: BIC from NumPy fits' log-likelihoods.
+    for k in ks:
+        loglik = PPCA(k).fit(X).log_likelihood_
+        params = 4 + 4 * k - k * (k - 1) // 2 + 1
+        assert result.table.loc[k, "bic"] == pytest.approx(-2 * loglik + params * np.log(2000), rel=1e-10)
+    assert result.table["cv_log_likelihood"].isna().all()  # folds need the rows in memory
+    assert result.table["gavish_donoho"].sum() == 1
+
+
+def test_compare_n_components_subsamples_loo_of_large_numpy_input(monkeypatch):
+    import bayespca.subsampled_loo
+    from bayespca import compare_n_components
+
+    # Rows x draws above the threshold (lowered here, 2e7 by default) switch to subsampled LOO.
+    monkeypatch.setattr(bayespca.subsampled_loo, "SUBSAMPLE_ABOVE", 1000)
+    X = _factor_data(n=2000, d=4)
+    kw = {"num_warmup": 150, "num_samples": 150, "num_chains": 2, "random_state": 0, "progress_bar": False}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = compare_n_components(X, [1, 2], observations=300, **kw)
+    _check_subsampled(result, X, [1, 2])
+    assert np.isfinite(result.table["cv_log_likelihood"]).all()
+
+
 def test_command_line_reads_parquet_and_zarr(tmp_path, capsys):
     from bayespca.cli import main
 

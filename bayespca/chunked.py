@@ -53,6 +53,7 @@ __all__ = [
     "lazy_pointwise",
     "pca_spectrum",
     "prepare_chunked",
+    "reduce_row_blocks",
     "rowwise",
 ]
 
@@ -156,9 +157,21 @@ def _blocks(X) -> list:
 
 
 def _reduce(X, block_fn, merge_fn):
+    return reduce_row_blocks(block_fn, merge_fn, X)
+
+
+def reduce_row_blocks(block_fn, merge_fn, *arrays):
+    """``block_fn`` of each block of rows, merged pairwise by ``merge_fn`` on the workers, computed.
+
+    ``arrays`` are Dask arrays with the same row chunks and one chunk of
+    columns; ``block_fn`` receives their blocks of the same rows, as NumPy
+    arrays, and returns a summary that ``merge_fn`` combines (a tree
+    reduction: only summaries travel).
+    """
     import dask
 
-    return dask.compute(_tree([dask.delayed(block_fn, pure=True)(b) for b in _blocks(X)], merge_fn))[0]
+    blocks = zip(*(_blocks(a) for a in arrays), strict=True)
+    return dask.compute(_tree([dask.delayed(block_fn, pure=True)(*b) for b in blocks], merge_fn))[0]
 
 
 def _add(a, b):

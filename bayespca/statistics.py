@@ -35,6 +35,7 @@ __all__ = [
     "check_representable",
     "log_scale_correction",
     "missing_patterns",
+    "pooled_statistics",
     "power_of_two_scale",
     "prepare",
     "scatter_spectrum",
@@ -63,6 +64,26 @@ class SufficientStatistics(NamedTuple):
     n: Any
     mean: Any
     scatter: Any
+
+
+def pooled_statistics(a: SufficientStatistics, b: SufficientStatistics) -> SufficientStatistics:
+    """The statistics of two sets of rows together (Chan et al.'s pairwise update).
+
+    ``mean = mean_a + (n_b / n) delta`` and
+    ``scatter = scatter_a + scatter_b + (n_a n_b / n) delta delta^T`` with
+    ``delta = mean_b - mean_a``: no raw moments, so no cancellation.
+
+    Examples
+    --------
+    >>> X = np.array([[0.0, 1.0], [2.0, 5.0], [4.0, 3.0]])
+    >>> pooled = pooled_statistics(sufficient_statistics(X[:1]), sufficient_statistics(X[1:]))
+    >>> bool(np.allclose(pooled.scatter, sufficient_statistics(X).scatter)), pooled.mean.tolist()
+    (True, [2.0, 3.0])
+    """
+    n = a.n + b.n
+    delta = np.asarray(b.mean) - np.asarray(a.mean)
+    mean = a.mean + delta * (b.n / n)
+    return SufficientStatistics(n, mean, a.scatter + b.scatter + np.outer(delta, delta) * (a.n * b.n / n))
 
 
 def sufficient_statistics(X: Any) -> SufficientStatistics:

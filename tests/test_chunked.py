@@ -110,6 +110,21 @@ def test_maximum_likelihood_equals_numpy(make, chunks):
     assert b.log_likelihood_ == pytest.approx(a.log_likelihood_, rel=1e-12)
 
 
+@pytest.mark.parametrize("chunks", CHUNKINGS)
+@pytest.mark.parametrize("estimator", [PPCA, FactorAnalysis])
+def test_em_with_missing_values_keeps_the_rows_on_the_workers(estimator, chunks):
+    X = _factor_data(n=1003)
+    X[np.random.default_rng(1).random(X.shape) < 0.15] = np.nan
+    a = estimator(2, method="em").fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. bayespca.chunked.in_memory's warning that rows travel
+        b = estimator(2, method="em").fit(da.from_array(X, chunks=chunks))
+    # Both stop within EM's tolerance (1e-9, the estimated distance to the fixed point) of one point.
+    for got, want in zip(b.gaussian_, a.gaussian_, strict=True):
+        _close(got, want, tol=1e-8)
+    assert b.log_likelihood_ == pytest.approx(a.log_likelihood_, rel=1e-10)
+
+
 @pytest.mark.parametrize("estimator", [PPCA, FactorAnalysis])
 def test_nuts_same_posterior(estimator):
     # NUTS reads only the statistics, so both fits sample one posterior; the

@@ -76,13 +76,14 @@ accelerating the convergence of any EM algorithm. Scand. J. Stat. 35(2),
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
 import scipy.linalg
 from sklearn.exceptions import ConvergenceWarning
 
-from bayespca.chunked import in_memory
+from bayespca.chunked import in_memory, is_chunked, reduce_row_blocks
 from bayespca.gaussian import (
     LowRankGaussian,
     canonical_loadings,
@@ -98,7 +99,7 @@ from bayespca.inference.threads import serial_blas
 from bayespca.linalg import eigh_top
 from bayespca.messages import warn
 from bayespca.params import check_choice, check_number
-from bayespca.statistics import Prepared
+from bayespca.statistics import Prepared, pooled_statistics
 
 __all__ = ["DEFAULT_FLOOR", "DEFAULT_TOL", "fit_em", "pairwise_covariance"]
 
@@ -166,9 +167,19 @@ def _chol_solve(chol, b):
 def _missing_map(params, prob: _Problem):
     """One EM update over the missing entries: expected statistics, then the complete-data maximum."""
     w, psi, mu = params
-    stats, ll = expected_statistics(LowRankGaussian(w, psi, mu), prob.x0, prob.observed)
+    g = LowRankGaussian(w, psi, mu)
+    if is_chunked(prob.x0):  # by blocks of rows on the workers, pooled there
+        block_fn = functools.partial(expected_statistics, g)
+        stats, ll = reduce_row_blocks(block_fn, _pool, prob.x0, prob.observed)
+    else:
+        stats, ll = expected_statistics(g, prob.x0, prob.observed)
     w_new, psi_new = _maximise(stats.scatter / stats.n, w.shape[1], prob, start=psi)
     return (_align(w_new, w), psi_new, stats.mean), float(ll)
+
+
+def _pool(a, b):
+    """Expected statistics and log-likelihoods of two blocks of rows together."""
+    return pooled_statistics(a[0], b[0]), a[1] + b[1]
 
 
 def _maximise(cov, k, prob: _Problem, start=None):
@@ -353,8 +364,16 @@ def _problem(prepared: Prepared, isotropic: bool, rel_floor: float, form: str) -
         x0, var = None, prepared.variances
         sum_sq = var * n_obs
         source = prepared.stats.scatter / n
+    elif is_chunked(X) and observed is not None:
+        import dask.array as da
+
+        # Dask rows with missing values stay on the workers: every E-step is a tree reduction.
+        x0 = da.where(observed, X - centre, 0.0)
+        sum_sq = np.asarray((x0**2).sum(axis=0).compute())
+        var = sum_sq / n_obs
+        source = x0
     else:  # the rows themselves (a backend's rows are brought here: bayespca.chunked.in_memory)
-        X = in_memory(X, "EM with missing values or with more features than rows")
+        X = in_memory(X, "EM with more features than rows")
         x0 = X - centre if observed is None else np.where(observed, X - centre, 0.0)
         sum_sq = np.einsum("ij,ij->j", x0, x0)
         var = sum_sq / n_obs
@@ -368,7 +387,8 @@ def _problem(prepared: Prepared, isotropic: bool, rel_floor: float, form: str) -
 
 def _start(prob: _Problem, k: int):
     if prob.observed is not None:
-        return _initial(pairwise_covariance(prob.x0, prob.observed), k, prob)
+        cov = pairwise_covariance(prob.x0, prob.observed)
+        return _initial(np.asarray(cov.compute()) if is_chunked(cov) else cov, k, prob)
     if not prob.data_form:
         return _initial(prob.source, k, prob)
     # d > n (pPCA): the top eigenpairs of S from the thin SVD of x0

@@ -126,6 +126,27 @@ def test_em_with_missing_values_keeps_the_rows_on_the_workers(estimator, chunks)
 
 
 @pytest.mark.parametrize("estimator", [PPCA, FactorAnalysis])
+def test_svi_from_the_statistics_reaches_maximum_likelihood(estimator):
+    # Complete Dask data, all rows per step: SVI reads only the reduced statistics. With flat
+    # priors the delta guide's optimum is the ML fit, the reference (closed form / factor_ml).
+    X = _factor_data(n=1003)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no rows brought to the client
+        fit = estimator(2, method="svi", prior="flat", random_state=0).fit(da.from_array(X, chunks=(300, 5)))
+    ml = estimator(2).fit(X)
+    assert fit.log_likelihood_ == pytest.approx(ml.log_likelihood_, rel=1e-9)
+    _close(fit.get_covariance(), ml.get_covariance(), tol=1e-5)
+
+
+def test_svi_with_minibatches_brings_the_rows_with_a_warning():
+    X = _factor_data(n=1003)
+    with pytest.warns(UserWarning, match="SVI with minibatches or missing values needs all rows in memory"):
+        fit = PPCA(2, method="svi", batch_size=100, random_state=0).fit(da.from_array(X, chunks=300))
+    assert fit.log_likelihood_ == pytest.approx(PPCA(2, method="svi", batch_size=100, random_state=0)
+                                                .fit(X).log_likelihood_, rel=1e-12)
+
+
+@pytest.mark.parametrize("estimator", [PPCA, FactorAnalysis])
 def test_nuts_same_posterior(estimator):
     # NUTS reads only the statistics, so both fits sample one posterior; the
     # chains themselves part after the first rounding difference (NUTS is

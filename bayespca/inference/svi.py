@@ -58,7 +58,8 @@ from threadpoolctl import threadpool_limits
 
 from bayespca import priors as prior_classes
 from bayespca.cache import enable_compilation_cache
-from bayespca.gaussian import LowRankGaussian, canonical_loadings, log_prob
+from bayespca.chunked import in_memory, is_chunked
+from bayespca.gaussian import LowRankGaussian, canonical_loadings, log_likelihood_from_stats, log_prob
 from bayespca.inference.contract import Draws, Fit, ModelSpec
 from bayespca.linalg import centred_scatter
 from bayespca.models import MODELS
@@ -170,28 +171,44 @@ def _standardised_priors(
     return std, jacobian
 
 
-def _initial_values(Xs: np.ndarray, observed: np.ndarray | None, k: int, noise: str) -> dict:
-    """Closed-form pPCA of the (column-mean filled) standardised data.
+def _initial_values(eig: np.ndarray, axes: np.ndarray, variances: np.ndarray, k: int, noise: str) -> dict:
+    """Closed-form pPCA of the (column-mean filled) standardised data, from its covariance spectrum.
 
     ``W = V_k (Lambda_k - sigma^2)^{1/2}``, ``sigma^2`` the mean discarded
-    eigenvalue of the 1/n covariance; for FA, ``psi_j`` is the variance of
-    feature ``j`` left unexplained by ``W``. Filling missing entries with
-    the mean shrinks the variances, so floors keep the noise positive.
+    eigenvalue (``eig``, decreasing, of the 1/n covariance; ``axes`` its
+    eigenvectors as columns); for FA, ``psi_j`` is the variance of feature
+    ``j`` left unexplained by ``W``. Filling missing entries with the mean
+    shrinks the variances, so floors keep the noise positive.
     """
+    d = eig.size
+    floor = 1e-3 * max(eig.mean(), 1e-12)
+    sigma2 = max(eig[k:].mean(), floor) if k < d else floor
+    W = axes[:, :k] * np.sqrt(np.maximum(eig[:k] - sigma2, floor))
+    values = {"W": W, "mu": np.zeros(d)}
+    if noise == "isotropic":
+        values["sigma"] = np.sqrt(sigma2)
+    else:
+        values["psi"] = np.maximum(variances - np.sum(W**2, axis=1), floor)
+    return values
+
+
+def _spectrum_of_rows(Xs: np.ndarray, observed: np.ndarray | None):
+    """Eigenvalues, eigenvectors and variances of the 1/n covariance of the mean-filled rows (by SVD)."""
     n, d = Xs.shape
     filled = Xs if observed is None else np.where(observed, Xs, 0.0)
     _, sv, vt = np.linalg.svd(filled, full_matrices=False)
     eig = np.zeros(d)
     eig[: sv.size] = sv**2 / n
-    floor = 1e-3 * max(eig.mean(), 1e-12)
-    sigma2 = max(eig[k:].mean(), floor) if k < d else floor
-    W = vt[:k].T * np.sqrt(np.maximum(eig[:k] - sigma2, floor))
-    values = {"W": W, "mu": np.zeros(d)}
-    if noise == "isotropic":
-        values["sigma"] = np.sqrt(sigma2)
-    else:
-        values["psi"] = np.maximum(filled.var(axis=0) - np.sum(W**2, axis=1), floor)
-    return values
+    axes = np.zeros((d, d))
+    axes[:, : sv.size] = vt.T
+    return eig, axes, filled.var(axis=0)
+
+
+def _spectrum_of_statistics(stats: SufficientStatistics):
+    """The same from the statistics of complete data (no rows)."""
+    cov = np.asarray(stats.scatter) / stats.n
+    eig, axes = np.linalg.eigh(cov)
+    return np.clip(eig[::-1], 0.0, None), axes[:, ::-1], np.diag(cov).copy()
 
 
 def _converged(previous: np.ndarray, current: np.ndarray, tol: float) -> bool:
@@ -309,8 +326,15 @@ def fit_svi(
     >>> bool(np.isclose(fit.gaussian.noise[0], evals[:3].mean(), rtol=1e-6))
     True
     """
-    arr = prepared.X * prepared.scale  # exact: its own standardisation follows
-    n, d = arr.shape
+    # Complete Dask data without minibatches reach SVI only through their statistics; otherwise
+    # the rows come to the client (bayespca.chunked.in_memory warns, and refuses above its limit).
+    from_statistics = is_chunked(prepared.X) and batch_size is None and prepared.missing is None
+    if is_chunked(prepared.X) and not from_statistics:
+        rows = in_memory(prepared.X, "SVI with minibatches or missing values")
+    else:
+        rows = prepared.X
+    arr = None if from_statistics else rows * prepared.scale  # exact: its own standardisation follows
+    n, d = prepared.n, prepared.d
     noise, k = spec.noise, spec.n_components
     check_choice(guide, "guide", _GUIDES)
     check_choice(init, "init", ("svd", "random"))
@@ -320,20 +344,33 @@ def fit_svi(
     batch_size = check_number(batch_size, "batch_size", integer=True, low=1, high=n, allow_none=True)
     if batch_size == n:
         batch_size = None
-    nan = np.isnan(arr) if prepared.missing is None else prepared.missing
     has_missing = prepared.missing is not None
-    observed = ~nan if has_missing else None
-    shift = np.nanmean(arr, axis=0)
-    scale = float(np.sqrt(np.mean(np.nanvar(arr, axis=0))))
+    if from_statistics:
+        data_stats = _data_unit_statistics(prepared)
+        shift = data_stats.mean
+        variances = np.diag(data_stats.scatter) / n
+    else:
+        nan = np.isnan(arr)
+        observed = ~nan if has_missing else None
+        shift = np.nanmean(arr, axis=0)
+        variances = np.nanvar(arr, axis=0)
+    scale = float(np.sqrt(np.mean(variances)))
     if not scale > 0:
         scale = 1.0
-    Xs = (arr - shift) / scale
-    Xs[nan] = 0.0
+    if from_statistics:
+        std_stats = SufficientStatistics(np.float64(n), np.zeros(d), data_stats.scatter / scale**2)
+        spectrum = _spectrum_of_statistics(std_stats)
+    else:
+        Xs = (arr - shift) / scale
+        Xs[nan] = 0.0
+        spectrum = _spectrum_of_rows(Xs, observed)
 
     given = prior_classes.as_priors(spec.prior)
     if isinstance(given.loadings, prior_classes.Horseshoe):
         given.loadings.check(d)
-    data_priors = prior_classes.resolve(given, noise, prior_classes.data_scales(X=arr))
+    scales = (prior_classes.data_scales(suff_stats=data_stats, n_features=d) if from_statistics
+              else prior_classes.data_scales(X=arr))
+    data_priors = prior_classes.resolve(given, noise, scales)
     horseshoe = isinstance(data_priors.loadings, prior_classes.Horseshoe)
     if horseshoe and guide == "delta":
         raise ValueError(
@@ -348,7 +385,7 @@ def fit_svi(
     if batch_size is not None:
         model = _with_rows_drawn_with_replacement(model, n, batch_size)
     rng = as_generator(random_state)
-    init_values = _initial_values(Xs, observed, k, noise)
+    init_values = _initial_values(*spectrum, k, noise)
     if init == "random":
         init_values["W"] = 0.1 * rng.standard_normal((d, k))
         init_values[_NOISE_SITE[noise]] = np.ones(()) if noise == "isotropic" else np.ones(d)
@@ -372,7 +409,7 @@ def fit_svi(
     # (n, mean, scatter): one step then costs O(d^2 k), whatever n.
     use_stats = batch_size is None and not has_missing
     if use_stats:
-        stats = SufficientStatistics(
+        stats = std_stats if from_statistics else SufficientStatistics(
             np.float64(n), Xs.mean(axis=0), centred_scatter(Xs, Xs.mean(0))
         )
         model_args = ((None,), {"prior": std_priors, "suff_stats": stats})
@@ -423,7 +460,10 @@ def fit_svi(
     offset = n_obs + prior_jacobian - (0 if guide == "delta" else site_units)
     offset *= math.log(scale)
     g = LowRankGaussian(*(np.asarray(a, dtype=float) for a in point))
-    ll = float(np.sum(log_prob(g, np.where(nan, 0.0, arr), observed)))
+    if from_statistics:
+        ll = float(log_likelihood_from_stats(g, n, data_stats.mean, data_stats.scatter))
+    else:
+        ll = float(np.sum(log_prob(g, np.where(nan, 0.0, arr), observed)))
     details = SVIResult(auto_guide, params, noise, shift, scale)
     return Fit(g, ll, "svi", n_steps, converged, losses + offset, np.zeros(d, bool), draws, details)
 
@@ -455,6 +495,12 @@ def _decaying_step(i, *, lr: float, num_steps: int):
 # keeps its SVI object (and the data it was traced with) alive, hence few.
 _RUNNERS: OrderedDict = OrderedDict()
 _RUNNERS_KEPT = 4
+
+
+def _data_unit_statistics(prepared: Prepared) -> SufficientStatistics:
+    """``(n, mean, scatter)`` of complete data in data units (exact: the scale is a power of two)."""
+    stats, s = prepared.stats, prepared.scale
+    return SufficientStatistics(stats.n, np.asarray(stats.mean) * s, np.asarray(stats.scatter) * s**2)
 
 
 def _chunk_runner(svi: SVI, config: tuple, length: int):

@@ -55,6 +55,7 @@ __all__ = [
     "prepare_chunked",
     "reduce_row_blocks",
     "rowwise",
+    "sample_rows",
 ]
 
 _MAX_PATTERNS = 64
@@ -158,6 +159,26 @@ def _blocks(X) -> list:
 
 def _reduce(X, block_fn, merge_fn):
     return reduce_row_blocks(block_fn, merge_fn, X)
+
+
+def sample_rows(X: Any, size: int, rng: np.random.Generator, blocks: int = 4) -> np.ndarray:
+    """``size`` rows of a Dask array drawn uniformly with replacement, computing ``blocks`` chunks at most.
+
+    Chunks are picked with probability proportional to their rows, then
+    each row from one of them at random: every row of ``X`` has probability
+    ``1 / n`` per draw, and only the picked chunks are computed.
+    """
+    import dask
+
+    counts = np.asarray(X.chunks[0])
+    picked = rng.choice(counts.size, size=min(blocks, counts.size), p=counts / counts.sum())
+    arrays = dask.compute(*[X.blocks[int(b), 0] for b in picked])
+    which = rng.integers(len(arrays), size=size)
+    out = np.empty((size, X.shape[1]))
+    for j, block in enumerate(arrays):
+        mine = which == j
+        out[mine] = block[rng.integers(block.shape[0], size=int(mine.sum()))]
+    return out
 
 
 def reduce_row_blocks(block_fn, merge_fn, *arrays):

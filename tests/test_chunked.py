@@ -138,11 +138,12 @@ def test_svi_from_the_statistics_reaches_maximum_likelihood(estimator):
     _close(fit.get_covariance(), ml.get_covariance(), tol=1e-5)
 
 
-def test_svi_with_minibatches_brings_the_rows_with_a_warning():
+def test_svi_with_missing_values_brings_the_rows_with_a_warning():
     X = _factor_data(n=1003)
-    with pytest.warns(UserWarning, match="SVI with minibatches or missing values needs all rows in memory"):
-        fit = PPCA(2, method="svi", batch_size=100, random_state=0).fit(da.from_array(X, chunks=300))
-    assert fit.log_likelihood_ == pytest.approx(PPCA(2, method="svi", batch_size=100, random_state=0)
+    X[np.random.default_rng(2).random(X.shape) < 0.1] = np.nan
+    with pytest.warns(UserWarning, match="SVI with missing values needs all rows in memory"):
+        fit = PPCA(2, method="svi", random_state=0).fit(da.from_array(X, chunks=300))
+    assert fit.log_likelihood_ == pytest.approx(PPCA(2, method="svi", random_state=0)
                                                 .fit(X).log_likelihood_, rel=1e-12)
 
 

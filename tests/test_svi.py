@@ -194,6 +194,24 @@ def test_gaussian_guides_locate_and_spread_like_the_posterior(guide):
     assert draws.loadings.shape == (4000, d, k)
 
 
+def test_dask_minibatches_drawn_chunk_by_chunk_stand_for_all_rows():
+    da = pytest.importorskip("dask.array")
+    # n is five times the rows of each sample the minibatches come from (20,000): were the
+    # likelihood scaled to the sample's rows instead of n, the guide's sd of log sigma would be
+    # sqrt(5) times the posterior's.
+    rng = np.random.default_rng(6)
+    n, d, k = 100_000, 6, 1
+    X = rng.normal(size=(n, k)) @ rng.normal(size=(d, k)).T + 0.5 * rng.normal(size=(n, d)) + 3
+    chunks = (15_000, d)  # uneven last chunk
+    fit = _svi(da.from_array(X, chunks=chunks), k, guide="normal", priors="flat", batch_size=200,
+               num_steps=3000, random_state=0)
+    _, sigma2, loglik = _closed_form(X, k)
+    assert abs(_loglik(fit.gaussian, X) - loglik) / abs(loglik) < 1e-3  # as the in-memory minibatches
+    log_sigma = 0.5 * np.log(fit.details.sample_posterior(4000, random_state=1).noise[:, 0])
+    expected_sd = 1 / np.sqrt(_laplace_log_sigma_precision(X, fit.gaussian))
+    np.testing.assert_allclose(log_sigma.std(), expected_sd, rtol=0.3)
+
+
 def test_out_of_steps_is_reported_and_runs_are_reproducible(capsys):
     rng = np.random.default_rng(5)
     X = rng.normal(size=(50, 1)) @ rng.normal(size=(1, 4)) * 3 + rng.normal(size=(50, 4))

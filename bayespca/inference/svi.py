@@ -43,7 +43,7 @@ import dataclasses
 import functools
 import math
 from collections import OrderedDict
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -58,7 +58,7 @@ from threadpoolctl import threadpool_limits
 
 from bayespca import priors as prior_classes
 from bayespca.cache import enable_compilation_cache
-from bayespca.chunked import in_memory, is_chunked
+from bayespca.chunked import in_memory, is_chunked, sample_rows
 from bayespca.gaussian import LowRankGaussian, canonical_loadings, log_likelihood_from_stats, log_prob
 from bayespca.inference.contract import Draws, Fit, ModelSpec
 from bayespca.linalg import centred_scatter
@@ -81,6 +81,9 @@ _NOISE_SITE = {"isotropic": "sigma", "diagonal": "psi"}
 _LR_DECAY = 1e-3
 # Steps per compiled chunk: the convergence test and progress bar run between chunks.
 _CHUNK = 100
+# Rows of each sample that the minibatches of a chunk of steps are drawn from, on Dask input
+# (at least 20 minibatches' worth).
+_SAMPLE_ROWS = 20_000
 # Guide draws behind the horseshoe's point estimate and shrinkage summaries.
 _HORSESHOE_DRAWS = 2000
 # Chunks per convergence window for a stochastic objective (guide draws or
@@ -276,7 +279,11 @@ def fit_svi(
         rows. Complete data over all rows are fitted through their
         sufficient statistics at O(d^2 k) per step whatever n, which no
         minibatch beats: minibatches pay off only for data with missing
-        values and very large n.
+        values and very large n. On complete Dask data each chunk of 100
+        steps draws its minibatches from a new uniform sample of
+        ``max(20000, 20 batch_size)`` rows (:func:`bayespca.chunked.sample_rows`),
+        the likelihood still scaled to all ``n`` rows; the rows never all
+        come to the client.
     tol : float, default=1e-7
         Convergence: the mean loss of the last 100 steps changed by less than
         ``tol`` relative to the previous 100, or by less than twice its
@@ -326,14 +333,6 @@ def fit_svi(
     >>> bool(np.isclose(fit.gaussian.noise[0], evals[:3].mean(), rtol=1e-6))
     True
     """
-    # Complete Dask data without minibatches reach SVI only through their statistics; otherwise
-    # the rows come to the client (bayespca.chunked.in_memory warns, and refuses above its limit).
-    from_statistics = is_chunked(prepared.X) and batch_size is None and prepared.missing is None
-    if is_chunked(prepared.X) and not from_statistics:
-        rows = in_memory(prepared.X, "SVI with minibatches or missing values")
-    else:
-        rows = prepared.X
-    arr = None if from_statistics else rows * prepared.scale  # exact: its own standardisation follows
     n, d = prepared.n, prepared.d
     noise, k = spec.noise, spec.n_components
     check_choice(guide, "guide", _GUIDES)
@@ -345,31 +344,12 @@ def fit_svi(
     if batch_size == n:
         batch_size = None
     has_missing = prepared.missing is not None
-    if from_statistics:
-        data_stats = _data_unit_statistics(prepared)
-        shift = data_stats.mean
-        variances = np.diag(data_stats.scatter) / n
-    else:
-        nan = np.isnan(arr)
-        observed = ~nan if has_missing else None
-        shift = np.nanmean(arr, axis=0)
-        variances = np.nanvar(arr, axis=0)
-    scale = float(np.sqrt(np.mean(variances)))
-    if not scale > 0:
-        scale = 1.0
-    if from_statistics:
-        std_stats = SufficientStatistics(np.float64(n), np.zeros(d), data_stats.scatter / scale**2)
-        spectrum = _spectrum_of_statistics(std_stats)
-    else:
-        Xs = (arr - shift) / scale
-        Xs[nan] = 0.0
-        spectrum = _spectrum_of_rows(Xs, observed)
-
+    data = _standardised_data(prepared)
+    shift, scale, from_statistics = data.shift, data.scale, data.rows is None
     given = prior_classes.as_priors(spec.prior)
     if isinstance(given.loadings, prior_classes.Horseshoe):
         given.loadings.check(d)
-    scales = (prior_classes.data_scales(suff_stats=data_stats, n_features=d) if from_statistics
-              else prior_classes.data_scales(X=arr))
+    scales = data.scales
     data_priors = prior_classes.resolve(given, noise, scales)
     horseshoe = isinstance(data_priors.loadings, prior_classes.Horseshoe)
     if horseshoe and guide == "delta":
@@ -377,15 +357,26 @@ def fit_svi(
             "guide must be 'normal' or 'lowrank' with the horseshoe prior (its MAP is not a "
             "sparse estimate); got guide='delta'."
         )
+    sampled_rows = from_statistics and batch_size is not None
+    if horseshoe and sampled_rows:
+        raise ValueError(
+            "prior='horseshoe' with batch_size on Dask input is not supported (its global scale "
+            "depends on the rows the model sees); use batch_size=None, which fits from the statistics."
+        )
     std_priors, prior_jacobian = _standardised_priors(data_priors, noise, shift, scale, d, k)
     model = functools.partial(
         MODELS[noise], n_components=k, identification="none", subsample_size=batch_size,
         has_missing=has_missing,
     )
-    if batch_size is not None:
-        model = _with_rows_drawn_with_replacement(model, n, batch_size)
     rng = as_generator(random_state)
-    init_values = _initial_values(*spectrum, k, noise)
+    sampler = None
+    if sampled_rows:
+        sampler = _RowSample(prepared, shift, scale, min(n, max(_SAMPLE_ROWS, 20 * batch_size)), rng)
+        model = _LikelihoodScale(_with_rows_drawn_with_replacement(model, sampler.size, batch_size),
+                                 n / sampler.size)
+    elif batch_size is not None:
+        model = _with_rows_drawn_with_replacement(model, n, batch_size)
+    init_values = _initial_values(*data.spectrum, k, noise)
     if init == "random":
         init_values["W"] = 0.1 * rng.standard_normal((d, k))
         init_values[_NOISE_SITE[noise]] = np.ones(()) if noise == "isotropic" else np.ones(d)
@@ -409,18 +400,18 @@ def fit_svi(
     # (n, mean, scatter): one step then costs O(d^2 k), whatever n.
     use_stats = batch_size is None and not has_missing
     if use_stats:
-        stats = std_stats if from_statistics else SufficientStatistics(
-            np.float64(n), Xs.mean(axis=0), centred_scatter(Xs, Xs.mean(0))
+        stats = data.stats if from_statistics else SufficientStatistics(
+            np.float64(n), data.rows.mean(axis=0), centred_scatter(data.rows, data.rows.mean(0))
         )
         model_args = ((None,), {"prior": std_priors, "suff_stats": stats})
     else:
-        data = jnp.asarray(np.where(nan, np.nan, Xs)) if has_missing else jnp.asarray(Xs)
-        model_args = ((data,), {"prior": std_priors})
+        rows = sampler.draw() if sampler is not None else data.rows  # NaN at missing entries
+        model_args = ((jnp.asarray(rows),), {"prior": std_priors})
     # A deterministic objective (delta guide, all rows) ends at its optimum;
     # a stochastic one is judged on longer windows and summarised by its
     # averaged iterates.
     stochastic = guide != "delta" or batch_size is not None
-    config = (noise, guide, None if use_stats else n, d, k, batch_size, has_missing)
+    config = (noise, guide, None if use_stats else n, d, k, batch_size, has_missing, sampler is not None)
     config += (num_steps, learning_rate, jax.tree_util.tree_structure(std_priors))
     # The LAPACK calls in the loop are small (k x k, or triangular solves with
     # k rows): threading them only adds synchronisation, and on a machine with
@@ -429,7 +420,7 @@ def fit_svi(
         state = svi.init(key, *model_args[0], **model_args[1])
         window = _STOCHASTIC_WINDOW if stochastic else 1
         state, losses, converged, averaged = _run(
-            svi, config, state, model_args, num_steps, tol, progress_bar, window
+            svi, config, state, model_args, num_steps, tol, progress_bar, window, sampler
         )
     n_steps = losses.size
     if not np.all(np.isfinite(losses)):
@@ -460,10 +451,7 @@ def fit_svi(
     offset = n_obs + prior_jacobian - (0 if guide == "delta" else site_units)
     offset *= math.log(scale)
     g = LowRankGaussian(*(np.asarray(a, dtype=float) for a in point))
-    if from_statistics:
-        ll = float(log_likelihood_from_stats(g, n, data_stats.mean, data_stats.scatter))
-    else:
-        ll = float(np.sum(log_prob(g, np.where(nan, 0.0, arr), observed)))
+    ll = data.log_likelihood(g)
     details = SVIResult(auto_guide, params, noise, shift, scale)
     return Fit(g, ll, "svi", n_steps, converged, losses + offset, np.zeros(d, bool), draws, details)
 
@@ -497,10 +485,81 @@ _RUNNERS: OrderedDict = OrderedDict()
 _RUNNERS_KEPT = 4
 
 
-def _data_unit_statistics(prepared: Prepared) -> SufficientStatistics:
-    """``(n, mean, scatter)`` of complete data in data units (exact: the scale is a power of two)."""
-    stats, s = prepared.stats, prepared.scale
-    return SufficientStatistics(stats.n, np.asarray(stats.mean) * s, np.asarray(stats.scatter) * s**2)
+class _RowSample:
+    """Standardised samples of ``size`` rows of Dask data, drawn chunk by chunk on the workers.
+
+    Each draw is uniform over all ``n`` rows (with replacement), so a
+    minibatch of it, its likelihood scaled by ``n / batch``, is an unbiased
+    estimate of the full data's.
+    """
+
+    def __init__(self, prepared: Prepared, shift: np.ndarray, scale: float, size: int, rng):
+        self.rows, self.unit = prepared.X, prepared.scale
+        self.shift, self.scale, self.size, self.rng = shift, scale, size, rng
+
+    def draw(self) -> jax.Array:
+        sample = sample_rows(self.rows, self.size, self.rng) * self.unit
+        return jnp.asarray((sample - self.shift) / self.scale)
+
+
+class _LikelihoodScale(numpyro.primitives.Messenger):
+    """Scales the log-density of the data site ``X`` only: a sample of rows stands for all of them."""
+
+    def __init__(self, fn, factor: float):
+        self.factor = factor
+        super().__init__(fn)
+
+    def process_message(self, msg):
+        if msg["type"] == "sample" and msg["name"] == "X":
+            msg["scale"] = self.factor if msg.get("scale") is None else self.factor * msg["scale"]
+
+
+class _Data(NamedTuple):
+    """The data as SVI sees them: standardised ``(x - shift) / scale``, as rows or statistics."""
+
+    shift: np.ndarray  # column means (data units)
+    scale: float  # root mean column variance
+    spectrum: tuple  # of the standardised 1/n covariance: _initial_values' arguments
+    scales: Any  # prior_classes.DataScales of the data, for the priors
+    rows: np.ndarray | None  # standardised rows, NaN at missing entries (None: statistics)
+    stats: SufficientStatistics | None  # standardised (complete Dask data)
+    log_likelihood: Any  # LowRankGaussian in data units -> total log-likelihood
+
+
+def _standardised_data(prepared: Prepared) -> _Data:
+    """The data standardised once, from the rows or, for complete Dask data, from the statistics.
+
+    Complete Dask data stay on the workers (their reduced statistics here;
+    minibatches are drawn by :class:`_RowSample`); other Dask input comes to
+    the client (:func:`bayespca.chunked.in_memory` warns, and refuses above
+    its limit).
+    """
+    n, d, missing = prepared.n, prepared.d, prepared.missing
+    if is_chunked(prepared.X) and missing is None:
+        stats, s = prepared.stats, prepared.scale  # exact to data units: s is a power of two
+        mean, scatter = np.asarray(stats.mean) * s, np.asarray(stats.scatter) * s**2
+        scale = _root_mean(np.diag(scatter) / n)
+        std = SufficientStatistics(np.float64(n), np.zeros(d), scatter / scale**2)
+        scales = prior_classes.data_scales(suff_stats=SufficientStatistics(n, mean, scatter), n_features=d)
+        return _Data(mean, scale, _spectrum_of_statistics(std), scales, None, std,
+                     lambda g: float(log_likelihood_from_stats(g, n, mean, scatter)))
+    rows = prepared.X
+    if is_chunked(rows):
+        rows = in_memory(rows, "SVI with missing values")
+    arr = rows * prepared.scale  # exact: its own standardisation follows
+    nan = np.isnan(arr)
+    observed = ~nan if missing is not None else None
+    shift = np.nanmean(arr, axis=0)
+    scale = _root_mean(np.nanvar(arr, axis=0))
+    xs = np.where(nan, 0.0, (arr - shift) / scale)
+    return _Data(shift, scale, _spectrum_of_rows(xs, observed), prior_classes.data_scales(X=arr),
+                 np.where(nan, np.nan, xs), None,
+                 lambda g: float(np.sum(log_prob(g, np.where(nan, 0.0, arr), observed))))
+
+
+def _root_mean(variances: np.ndarray) -> float:
+    scale = float(np.sqrt(np.mean(variances)))
+    return scale if scale > 0 else 1.0
 
 
 def _chunk_runner(svi: SVI, config: tuple, length: int):
@@ -544,8 +603,12 @@ def _run(
     tol: float,
     progress_bar: bool | None,
     window: int,
+    sampler: _RowSample | None = None,
 ):
     """Run SVI in compiled chunks of steps, testing convergence between chunks.
+
+    With a ``sampler``, each chunk of steps draws its minibatches from a
+    new sample of rows (the model's data argument).
 
     The test compares the mean loss over the last ``window`` chunks with
     that over the ``window`` chunks before. Returns the final state, the
@@ -570,6 +633,8 @@ def _run(
     try:
         while done < num_steps:
             length = min(chunk, num_steps - done)
+            if sampler is not None and done:
+                model_args = ((sampler.draw(),), model_args[1])
             state, loss, average = _chunk_runner(svi, config, length)(state, model_args)
             loss = np.asarray(loss)
             windows.append(loss)

@@ -212,6 +212,34 @@ def _mode(static: _Static, data: dict, start: np.ndarray) -> tuple[np.ndarray, n
     return x, hessian
 
 
+def _best_mode(static: _Static, data: dict, starts: list) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_mode` from each start; the one of highest density, and its Hessian."""
+    modes = [_mode(static, data, start) for start in starts]
+    values = [float(_value_and_gradient(static, data, x)[0]) for x, _ in modes]
+    return modes[int(np.nanargmin(values))]
+
+
+# An ML noise variance below this fraction of its prior mean marks a Heywood case (FA).
+_HEYWOOD_FRACTION = 0.01
+
+
+def _raised_noise(ml: LowRankGaussian, noise_prior) -> LowRankGaussian | None:
+    """The ML fit with each Heywood noise variance raised to its prior mean; None without one.
+
+    A Heywood case (``psi_j`` at its floor) is a maximum of the likelihood on
+    the boundary; with the prior, the density there can keep a minor mode
+    beside the main one. Measured on breast cancer, standardised, FA k=5:
+    Newton from the ML point stopped at ``psi_16 ~ 0.03``, 36 nats of log
+    density below the mode at ``psi_16 ~ 0.31``, and chains started there
+    stayed (R-hat 1.7). The second start lets :func:`_best_mode` find both.
+    """
+    mean = np.broadcast_to(np.asarray(noise_prior.mean, dtype=float), np.shape(ml.noise))
+    low = np.isfinite(mean) & (np.asarray(ml.noise) < _HEYWOOD_FRACTION * mean)
+    if not low.any():
+        return None
+    return ml._replace(noise=np.where(low, mean, ml.noise))
+
+
 def _laplace_factor(hessian: np.ndarray) -> np.ndarray:
     """``S`` with ``S S^T`` the inverse of ``hessian`` (eigenvalues floored).
 
@@ -532,7 +560,14 @@ def fit_nuts(
         factor = np.ones(centre.size)
         init_scale = 0.1 * min(1.0, 10.0 / np.sqrt(n))
     elif centre.size <= _MAX_LAPLACE_SIZE:
-        centre, hessian = _mode(static, data, centre)
+        starts = [centre]
+        raised = _raised_noise(ml, priors.noise) if noise == "diagonal" else None
+        if raised is not None:
+            w = np.asarray(canonical_loadings(raised).loadings) if identification == "polar" else reference_w
+            other = initial_values(identification, loadings, raised._replace(loadings=w), noise, n, row_scale)
+            other = _unconstrained(_Static(noise, k, identification, ()), data, other)
+            starts.append(_ravel(jax.tree.map(np.asarray, other)))
+        centre, hessian = _best_mode(static, data, starts)
         factor = _laplace_factor(hessian)
     else:
         factor = _rough_scales(theta, n, prepared.variances)

@@ -894,24 +894,27 @@ def resolve(priors: Priors, noise_kind: str, scales: DataScales) -> Priors:
     return Priors(loadings, as_site(noise, noise_shape, "noise"), as_site(mean, (d,), "mean"))
 
 
-def to_units(priors: Priors, noise_kind: str, scale: float) -> Priors:
+def to_units(priors: Priors, noise_kind: str, scale: float | np.ndarray) -> Priors:
     """The priors of the parameters of ``X / scale``, from priors stated in data units.
 
     ``W`` and ``mu`` scale as ``x``, ``sigma`` as ``x`` and ``psi`` as ``x^2``;
     given distributions are pushed forward by the affine map (improper flat
     ones stay flat), LoadingsPriors rescale their own hyper-parameters.
     Defaults (None) are left to :func:`resolve`, which takes them from the
-    data in whatever units it sees.
+    data in whatever units it sees. A ``scale`` per feature (d,) rescales
+    row ``j`` of ``W`` by ``scale[j]``: for FA with a :class:`Normal` or
+    :class:`Flat` loadings prior (others are not stated per feature).
     """
-    if scale == 1.0:
+    if np.all(np.asarray(scale) == 1.0):
         return priors
+    rows = scale if np.ndim(scale) == 0 else np.asarray(scale)[:, None]
 
     def push(prior, power):
         if prior is None or isinstance(prior, Flat):
             return prior
         return pushforward(prior, scale ** (-power))
 
-    loadings = None if priors.loadings is None else priors.loadings.to_units(scale)
+    loadings = None if priors.loadings is None else priors.loadings.to_units(rows)
     noise_power = 1 if noise_kind == "isotropic" else 2
     return Priors(loadings, push(priors.noise, noise_power), push(priors.mean, 1))
 

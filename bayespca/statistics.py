@@ -33,6 +33,7 @@ __all__ = [
     "Prepared",
     "SufficientStatistics",
     "check_representable",
+    "columns_divided",
     "log_scale_correction",
     "missing_patterns",
     "pooled_statistics",
@@ -84,6 +85,32 @@ def pooled_statistics(a: SufficientStatistics, b: SufficientStatistics) -> Suffi
     delta = np.asarray(b.mean) - np.asarray(a.mean)
     mean = a.mean + delta * (b.n / n)
     return SufficientStatistics(n, mean, a.scatter + b.scatter + np.outer(delta, delta) * (a.n * b.n / n))
+
+
+def columns_divided(stats: Any, factor: np.ndarray) -> Any:
+    """The statistics of the data with column ``j`` divided by ``factor[j]``.
+
+    ``mean / f`` and ``scatter / (f f^T)`` for complete data
+    (:class:`SufficientStatistics`) and for each missing pattern's observed
+    block (:class:`MissingPatterns`; its rows too when it keeps them).
+    Powers of two as factors divide exactly.
+
+    Examples
+    --------
+    >>> X = np.array([[1.0, 2.0], [3.0, 6.0]])
+    >>> s = columns_divided(sufficient_statistics(X), np.array([1.0, 2.0]))
+    >>> s.mean.tolist(), s.scatter.tolist() == sufficient_statistics(X / [1.0, 2.0]).scatter.tolist()
+    ([2.0, 2.0], True)
+    """
+    factor = np.asarray(factor, dtype=float)
+    if isinstance(stats, SufficientStatistics):
+        return SufficientStatistics(
+            stats.n, np.asarray(stats.mean) / factor, np.asarray(stats.scatter) / np.outer(factor, factor)
+        )
+    pairs = zip(stats.columns, stats.stats, strict=True)
+    parts = tuple(columns_divided(s, factor[cols]) for cols, s in pairs)
+    rows = None if stats.X is None else np.asarray(stats.X) / factor
+    return MissingPatterns(stats.columns, parts, stats.n_features, rows, stats.observed)
 
 
 def sufficient_statistics(X: Any) -> SufficientStatistics:

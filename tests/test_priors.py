@@ -90,6 +90,23 @@ def test_fa_noise_prior_without_residual_variances_names_the_fix():
         resolve(as_priors(None), "diagonal", data_scales(np.eye(3), residual=False))
 
 
+def test_per_feature_units_push_each_prior_by_its_feature():
+    """``to_units`` with one scale per feature: each prior of ``X / u`` at ``theta / u^power`` has the
+    density of the data-unit prior at ``theta`` times the Jacobian ``u^power`` (feature by feature)."""
+    import numpyro.distributions as dist
+
+    from bayespca.priors import Normal, Priors, to_units
+
+    u = np.array([0.5, 1.0, 4.0, 0.25])
+    pushed = to_units(Priors(Normal(2.0), dist.HalfCauchy(1.0), dist.Normal(1.0, 10.0)), "diagonal", u)
+    psi, mu = np.array([0.1, 0.2, 3.0, 0.4]), np.array([-1.0, 0.5, 2.0, 7.0])
+    np.testing.assert_allclose(pushed.noise.log_prob(psi / u**2), stats.halfcauchy.logpdf(psi) + np.log(u**2),
+                               rtol=1e-12)
+    np.testing.assert_allclose(pushed.mean.log_prob(mu / u), stats.norm.logpdf(mu, 1.0, 10.0) + np.log(u),
+                               rtol=1e-12)
+    np.testing.assert_allclose(np.ravel(pushed.loadings.scale), 2.0 / u)  # row j of W / u_j
+
+
 _LEAVES = """
 import json
 import jax

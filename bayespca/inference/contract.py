@@ -90,9 +90,14 @@ class Draws:
             self.loadings.reshape(-1, d, k), self.noise.reshape(-1, d), self.mean.reshape(-1, d)
         )
 
-    def to_data_units(self, scale: float) -> Draws:
-        """The same draws with ``W`` and ``mu`` times ``scale`` and the noise times ``scale^2``."""
-        if scale == 1.0:
+    def to_data_units(self, scale: float | np.ndarray) -> Draws:
+        """The same draws with ``W`` and ``mu`` times ``scale`` and the noise times ``scale^2``.
+
+        ``scale`` a number, or one per feature (d,) for draws of a model
+        equivariant under rescaling each feature (FA; row ``j`` of ``W``
+        times ``scale[j]``), whose ``extra`` has no per-column precisions.
+        """
+        if np.all(np.asarray(scale) == 1.0):
             return self
         ref = self.reference
         if ref is not None:
@@ -105,7 +110,9 @@ class Draws:
 
 
 def _scaled(loadings, noise, mean, scale):
-    return np.asarray(loadings) * scale, np.asarray(noise) * scale**2, np.asarray(mean) * scale
+    scale = np.asarray(scale, dtype=float)
+    rows = scale[:, None] if scale.ndim else scale
+    return np.asarray(loadings) * rows, np.asarray(noise) * scale**2, np.asarray(mean) * scale
 
 
 @dataclass(frozen=True)

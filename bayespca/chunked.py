@@ -371,9 +371,8 @@ def prepare_chunked(
         target.feature_names_in_ = names
     elif hasattr(target, "feature_names_in_"):
         del target.feature_names_in_
-    working = arr if scale == 1.0 else arr / scale
-    missing = None if keys is None else da.isnan(working)
-    prepared = Prepared(working, missing, scale, names)
+    missing = None if keys is None else da.isnan(arr)
+    prepared = Prepared(arr, missing, scale, names)
     cache = prepared.__dict__  # the cached_property slots of Prepared, filled from the reduction
     cache["n_observed"] = cols.n.astype(int)
     cache["mean"] = (offset + col_mean) * factor
@@ -384,7 +383,7 @@ def prepare_chunked(
         cache["patterns"] = _patterns(keys, mom.patterns, d, offset, factor)
     elif keys is not None:
         observed = ~missing
-        cache["patterns"] = MissingPatterns((), (), d, da.where(observed, working, 0.0), observed)
+        cache["patterns"] = MissingPatterns((), (), d, da.where(observed, prepared.X, 0.0), observed)
     return prepared
 
 

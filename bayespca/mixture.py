@@ -538,7 +538,7 @@ class MixturePPCA(ClusterMixin, DensityMixin, BaseEstimator):
     def _store_posterior(self, draws: Draws, prepared: Prepared) -> None:
         from bayespca.inference.model_nuts import posterior_tree
 
-        X = prepared.X * prepared.scale
+        X = prepared.data
         self.posterior_ = posterior_tree(
             draws, X, pointwise_log_likelihood(draws, X), feature_names=prepared.feature_names,
             extra={"weights": np.asarray(draws.extra["weights"])}, clusters=len(self.weights_),

@@ -259,7 +259,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         self.sample_stats_ = draws.sample_stats
         self.identification_ = draws.identification
         stored = draws.loadings.shape[0] * draws.loadings.shape[1] * n
-        X = prepared.X * prepared.scale
+        X = prepared.data
         total = None
         if is_chunked(X):  # the per-draw totals from the statistics, not a pass over the rows
             from bayespca.chunked import draws_log_likelihood

@@ -705,7 +705,7 @@ class RobustPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     def _store_posterior(self, draws: Draws, prepared: Prepared, nu: float | None) -> None:
         from bayespca.inference.model_nuts import posterior_tree
 
-        X = prepared.X * prepared.scale
+        X = prepared.data
         extra = {}
         if "nu" in draws.extra:
             self.nu_samples_ = extra["nu"] = np.asarray(draws.extra["nu"])

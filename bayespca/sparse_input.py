@@ -240,8 +240,9 @@ def prepare_sparse(X: Any, *, estimator: Any = None, min_samples: int = 2):
     mean, top, _ = sparse_means(arr)
     # The power of two of bayespca.statistics.power_of_two_scale: rms of the centred entries.
     working, scale, mean = sparse_working_units(arr, mean, top)
-    prepared = Prepared(working, None, scale, None)
+    prepared = Prepared(arr, None, scale, None)
     cache = prepared.__dict__  # the cached_property slots of Prepared, filled from the sparse matrix
+    cache["X"] = working
     cache["n_observed"] = np.full(d, n)
     cache["mean"] = mean
     cache["variances"] = _centred_sum_squares(working, mean) / n

@@ -97,7 +97,7 @@ def test_missing_path_with_nothing_missing_equals_complete_fit(noise):
     # are the sample statistics and one M-step is the complete-data maximum.
     X, _, _ = _fa_data(n=200, d=6)
     complete = prepare(X)
-    masked = Prepared(complete.X, np.zeros(X.shape, dtype=bool), complete.scale)
+    masked = Prepared(X, np.zeros(X.shape, dtype=bool), complete.scale)
     spec = ModelSpec(noise, 2)
     ref = ppca_closed_form(complete, spec) if noise == "isotropic" else fit_em(complete, spec)
     fit = fit_em(masked, spec)

@@ -190,12 +190,11 @@ def ppca_closed_form(prepared: Prepared, spec: ModelSpec, *, floor: float = 1e-1
             f"noise={spec.noise!r} and {0 if prepared.missing is None else int(prepared.missing.sum())} "
             "missing entries: use EM."
         )
-    X, mean = prepared.X, prepared.mean
-    n, d = X.shape
+    mean, n, d = prepared.mean, prepared.n, prepared.d
     k = check_n_components(spec.n_components, d, "n_features")
     rank_max = min(n, d)
     r = min(k, rank_max)
-    solver = choose_solver(n, d, None) if isinstance(X, np.ndarray) else "statistics"
+    solver = choose_solver(n, d, None) if isinstance(prepared.data, np.ndarray) else "statistics"
     # The solver's own work: for the covariance solver the scatter is formed already and what is left
     # is a d x d eigenproblem, which threads only slow down (SciPy's OpenBLAS threads then wait for
     # the cores that NumPy's, used by the scatter, still spin on; 20000 x 100 on a busy 2-core box:
@@ -206,9 +205,9 @@ def ppca_closed_form(prepared: Prepared, spec: ModelSpec, *, floor: float = 1e-1
         if solver in ("statistics", "covariance"):
             svd = scatter_spectrum(prepared.stats, r)
         elif solver == "full":
-            svd = svd_full(X, mean)
+            svd = svd_full(prepared.X, mean)
         elif solver == "gram":
-            svd = svd_gram(X, mean, r)
+            svd = svd_gram(prepared.X, mean, r)
     lam = np.zeros(k)
     lam[:r] = svd.singular_values[:r] ** 2 / n
     total = svd.total_ss / n

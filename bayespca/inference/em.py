@@ -479,7 +479,7 @@ def fit_em(
         DEFAULT_FLOOR[noise] if floor is None else floor, "floor", low=0.0, low_open=True
     )
     accelerate = bool(accelerate)
-    n, d = prepared.X.shape
+    n, d = prepared.n, prepared.d
     k = check_n_components(spec.n_components, d, "n_features")
     isotropic = noise == "isotropic"
     has_missing = prepared.missing is not None

@@ -642,7 +642,7 @@ def fit_factor_analysis(
     >>> bool(fit.converged), bool(np.allclose(np.diag(C), X.var(axis=0)))
     (True, True)
     """
-    n, d = prepared.X.shape
+    n, d = prepared.n, prepared.d
     k = check_n_components(spec.n_components, d, "n_features")
     tol = DEFAULT_TOL if tol is None else check_number(tol, "tol", low=0.0)
     max_iter = check_number(max_iter, "max_iter", integer=True, low=1)
@@ -659,7 +659,7 @@ def fit_factor_analysis(
     g = canonical_loadings(LowRankGaussian(res.loadings, res.noise, stats.mean))
     # From the rows (O(n d k)), the way score_samples computes it: the statistics
     # form loses ~eps * cond(C) when two features are at the floor together.
-    if isinstance(prepared.X, np.ndarray):
+    if isinstance(prepared.data, np.ndarray):
         ll = float(np.sum(log_prob(g, prepared.X)))
     else:  # rows held by a backend (bayespca.chunked): the statistics form
         ll = float(log_likelihood_from_stats(g, n, stats.mean, stats.scatter))

@@ -269,7 +269,8 @@ def fit_mixture_nuts(
         posterior means; ``details["responsibilities"]`` averaged over draws.
     """
     from bayespca import priors as prior_classes
-    from bayespca.inference.model_nuts import align_signs, sample_model
+    from bayespca.inference.model_nuts import sample_model
+    from bayespca.inference.nuts import align_signs
     from bayespca.models import identification_for, initial_values, mixture_ppca
 
     X = prepared.X

@@ -443,7 +443,8 @@ def fit_robust_nuts(
         ``row_weights`` (posterior mean of ``E[u_i | x_i, theta]``).
     """
     from bayespca import priors as prior_classes
-    from bayespca.inference.model_nuts import align_signs, sample_model
+    from bayespca.inference.model_nuts import sample_model
+    from bayespca.inference.nuts import align_signs
     from bayespca.models import identification_for, initial_values
 
     model, priors = _model(spec, nu, prepared)

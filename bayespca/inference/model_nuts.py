@@ -33,9 +33,10 @@ from jax.flatten_util import ravel_pytree
 from numpyro.infer import MCMC, NUTS
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
+from bayespca.inference.nuts import laplace_factor, sample_statistics
 from bayespca.params import as_key, check_number
 
-__all__ = ["align_signs", "check_prior", "laplace_inverse_mass", "posterior_tree", "sample_model"]
+__all__ = ["check_prior", "laplace_inverse_mass", "posterior_tree", "sample_model"]
 
 _EXTRA_FIELDS = ("diverging", "num_steps", "potential_energy", "accept_prob", "energy",
                  "adapt_state.step_size")
@@ -69,9 +70,7 @@ def check_prior(prior: Any, method: str, estimator: str, bayesian: str) -> None:
 def laplace_inverse_mass(potential: Any, theta: dict) -> np.ndarray:
     """Inverse Hessian of ``potential`` at ``theta`` (a dict of unconstrained sites, raveled by name).
 
-    Eigenvalues of the Hessian are floored at ``max(1e-8 max, 0.1)``: flat
-    or curved-down directions (the start is the ML point, not the mode of
-    the posterior) get a standard deviation of at most ``sqrt(10)``.
+    Eigenvalues floored as by :func:`bayespca.inference.nuts.laplace_factor`.
 
     Examples
     --------
@@ -81,9 +80,8 @@ def laplace_inverse_mass(potential: Any, theta: dict) -> np.ndarray:
     """
     flat, unravel = ravel_pytree(theta)
     hessian = np.asarray(jax.jit(jax.hessian(lambda v: potential(unravel(v))))(flat))
-    vals, vecs = np.linalg.eigh(0.5 * (hessian + hessian.T))
-    vals = np.maximum(vals, max(1e-8 * vals.max(), 0.1))
-    return (vecs / vals) @ vecs.T
+    factor = laplace_factor(0.5 * (hessian + hessian.T))
+    return factor @ factor.T
 
 
 def sample_model(
@@ -149,32 +147,8 @@ def sample_model(
     sites = {name: np.asarray(v).reshape(num_chains, num_samples, *np.shape(v)[1:])
              for name, v in constrain(draws).items()}
     extra = {name: np.asarray(v) for name, v in mcmc.get_extra_fields(group_by_chain=True).items()}
-    n_steps = extra["num_steps"].astype(int)
-    stats = {
-        "diverging": extra["diverging"].astype(bool),
-        "n_steps": n_steps,
-        "tree_depth": np.ceil(np.log2(n_steps + 1)).astype(int),
-        "lp": -extra["potential_energy"],
-        "acceptance_rate": extra["accept_prob"],
-        "energy": extra["energy"],
-        "step_size": extra["adapt_state.step_size"],
-    }
-    return sites, stats
-
-
-def align_signs(w: np.ndarray, reference: np.ndarray) -> np.ndarray:
-    """Flip each column of each draw ``w`` (..., d, k) to a positive inner product with ``reference``.
-
-    The polar identification orders the columns of ``W`` by norm; only
-    their signs are left free, and this fixes them.
-
-    Examples
-    --------
-    >>> align_signs(np.array([[[-1.0], [-2.0]]]), np.array([[1.0], [1.0]]))[0].ravel().tolist()
-    [1.0, 2.0]
-    """
-    signs = np.where(np.einsum("...dk,dk->...k", w, reference) < 0, -1.0, 1.0)
-    return w * signs[..., None, :]
+    extra["step_size"] = extra.pop("adapt_state.step_size")
+    return sites, sample_statistics(extra)
 
 
 def posterior_tree(draws: Any, X: np.ndarray, pointwise: np.ndarray, *, feature_names: Any = None,

@@ -58,7 +58,7 @@ from bayespca.models import MODELS, identification_for, initial_values, marginal
 from bayespca.params import as_key, check_bool, check_choice, check_number
 from bayespca.statistics import Prepared, columns_divided
 
-__all__ = ["CHAIN_METHODS", "fit_nuts"]
+__all__ = ["CHAIN_METHODS", "align_signs", "fit_nuts", "laplace_factor", "sample_statistics"]
 
 # Samplers and optimisers compile once per configuration; keep the programs between processes.
 enable_compilation_cache()
@@ -243,11 +243,18 @@ def _raised_noise(ml: LowRankGaussian, noise_prior) -> LowRankGaussian | None:
     return ml._replace(noise=np.where(low, mean, ml.noise))
 
 
-def _laplace_factor(hessian: np.ndarray) -> np.ndarray:
-    """``S`` with ``S S^T`` the inverse of ``hessian`` (eigenvalues floored).
+def laplace_factor(hessian: np.ndarray) -> np.ndarray:
+    """``S`` with ``S S^T`` the inverse of ``hessian`` (eigenvalues floored at ``max(1e-8 max, 0.1)``).
 
-    Flat or curved-down directions (should Newton stop short of the mode)
-    get a standard deviation of at most ``sqrt(10)``.
+    Flat or curved-down directions (should Newton stop short of the mode, or
+    a start be the ML point rather than the posterior's mode) get a standard
+    deviation of at most ``sqrt(10)``.
+
+    Examples
+    --------
+    >>> S = laplace_factor(np.diag([4.0, 0.0]))
+    >>> np.round(S @ S.T, 3).tolist()
+    [[0.25, 0.0], [0.0, 10.0]]
     """
     vals, vecs = np.linalg.eigh(hessian)
     floor = max(1e-8 * vals.max(), 0.1)
@@ -420,10 +427,43 @@ def _identify(w: np.ndarray, reference: np.ndarray, identification: str, psi: An
             sd = np.sqrt(psi)[:, :, None]
             u, s, _ = np.linalg.svd(w / sd, full_matrices=False)
             w = sd * (u * s[:, None, :])
-        # Columns are ordered by scale; only their signs are free.
-        signs = np.where(np.einsum("mdk,dk->mk", w, reference) < 0, -1.0, 1.0)
-        return w * signs[:, None, :]
+        return align_signs(w, reference)
     return w
+
+
+def align_signs(w: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """Flip each column of each draw ``w`` (..., d, k) to a positive inner product with ``reference``.
+
+    The polar identification orders the columns of ``W`` by norm; only
+    their signs are left free, and this fixes them.
+
+    Examples
+    --------
+    >>> align_signs(np.array([[[-1.0], [-2.0]]]), np.array([[1.0], [1.0]]))[0].ravel().tolist()
+    [1.0, 2.0]
+    """
+    signs = np.where(np.einsum("...dk,dk->...k", w, reference) < 0, -1.0, 1.0)
+    return w * signs[..., None, :]
+
+
+def sample_statistics(extra: dict) -> dict:
+    """The sampler statistics that :class:`~bayespca.inference.contract.Draws` records, (chain, draw).
+
+    From NumPyro's extra fields ``diverging``, ``num_steps``,
+    ``potential_energy``, ``accept_prob``, ``energy`` and ``step_size``:
+    ``diverging``, ``n_steps``, ``tree_depth`` (``ceil(log2(n_steps + 1))``),
+    ``lp`` (minus the potential), ``acceptance_rate``, ``energy``, ``step_size``.
+    """
+    n_steps = np.asarray(extra["num_steps"]).astype(int)
+    return {
+        "diverging": np.asarray(extra["diverging"]).astype(bool),
+        "n_steps": n_steps,
+        "tree_depth": np.ceil(np.log2(n_steps + 1)).astype(int),
+        "lp": -np.asarray(extra["potential_energy"]),
+        "acceptance_rate": np.asarray(extra["accept_prob"]),
+        "energy": np.asarray(extra["energy"]),
+        "step_size": np.asarray(extra["step_size"]),
+    }
 
 
 def _sampling_units(noise: str, d: int, priors: prior_classes.Priors, stats: Any):
@@ -599,7 +639,7 @@ def fit_nuts(
             other = _unconstrained(_Static(noise, k, identification, ()), data, other)
             starts.append(_ravel(jax.tree.map(np.asarray, other)))
         centre, hessian = _best_mode(static, data, starts)
-        factor = _laplace_factor(hessian)
+        factor = laplace_factor(hessian)
     else:
         factor = _rough_scales(theta, n, prepared.variances / (1.0 if units is None else units**2))
     data["centre"], data["factor"] = centre, factor
@@ -635,16 +675,7 @@ def _draws(sites, extra, identification, reference_w, start_point, noise, shape)
         w = _identify(w, reference_w, identification, None if noise == "isotropic" else psi)
     if "alpha" in sites:
         prior_extra["alpha"] = sites["alpha"].reshape(*shape, k)
-    n_steps = np.asarray(extra["num_steps"]).astype(int)
-    sample_stats = {
-        "diverging": np.asarray(extra["diverging"]).astype(bool),
-        "n_steps": n_steps,
-        "tree_depth": np.ceil(np.log2(n_steps + 1)).astype(int),
-        "lp": -np.asarray(extra["potential_energy"]),
-        "acceptance_rate": np.asarray(extra["accept_prob"]),
-        "energy": np.asarray(extra["energy"]),
-        "step_size": np.asarray(extra["step_size"]),
-    }
+    sample_stats = sample_statistics(extra)
     return Draws(
         w.reshape(*shape, d, k), np.array(psi).reshape(*shape, d), sites["mu"].reshape(*shape, d),
         identification, noise, sample_stats, start_point, prior_extra,

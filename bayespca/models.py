@@ -84,7 +84,7 @@ from numpyro.distributions import constraints
 from bayespca import priors as prior_classes
 from bayespca.gaussian import LowRankGaussian, log_likelihood_from_stats, log_prob
 from bayespca.inference.contract import IDENTIFICATIONS
-from bayespca.statistics import MissingPatterns, SufficientStatistics
+from bayespca.statistics import MissingPatterns, StackedPatterns, SufficientStatistics, stack_patterns
 
 __all__ = [
     "DEFAULT_IDENTIFICATION",
@@ -106,6 +106,7 @@ jax.tree_util.register_dataclass(
 )
 
 DEFAULT_IDENTIFICATION = {"isotropic": "polar", "diagonal": "polar"}
+_LOG_2PI = float(np.log(2.0 * np.pi))
 _LATENTS = ("marginal", "explicit")
 _NOISE_SITE = {"isotropic": "sigma", "diagonal": "psi"}
 # Concentration of the density of the polar expansion (see expansion_log_density).
@@ -275,10 +276,14 @@ def marginal_log_likelihood(g: LowRankGaussian, stats: Any) -> jax.Array:
     """Total marginal log-likelihood ``sum_i log N(x_{i,O_i} | mu_O, W_O W_O^T + Psi_O)`` from statistics.
 
     ``stats`` is a :class:`~bayespca.statistics.SufficientStatistics`
-    (complete data) or :class:`~bayespca.statistics.MissingPatterns`: each
-    pattern contributes :func:`bayespca.gaussian.log_likelihood_from_stats`
-    of its observed block (rows themselves when there are too many
-    patterns). Traceable and differentiable.
+    (complete data), :class:`~bayespca.statistics.MissingPatterns` or
+    :class:`~bayespca.statistics.StackedPatterns`: each pattern contributes
+    :func:`bayespca.gaussian.log_likelihood_from_stats` of its observed
+    block (rows themselves when there are too many patterns), all patterns
+    in one vectorized operation: the block is the full ``d``-dimensional
+    Gaussian with the unobserved coordinates given no loading, unit
+    variance and the padded statistics' zeros, so that they add only their
+    ``-1/2 log 2 pi`` per row, taken back. Traceable and differentiable.
 
     Examples
     --------
@@ -291,14 +296,20 @@ def marginal_log_likelihood(g: LowRankGaussian, stats: Any) -> jax.Array:
     """
     if isinstance(stats, SufficientStatistics):
         return log_likelihood_from_stats(g, stats.n, stats.mean, stats.scatter)
-    if stats.X is not None:
+    if isinstance(stats, MissingPatterns) and stats.X is not None:
         return jnp.sum(log_prob(g, stats.X, stats.observed))
+    if isinstance(stats, MissingPatterns):
+        stats = stack_patterns(stats)
     w, noise, mean = (jnp.asarray(a) for a in g)
-    total = 0.0
-    for cols, s in zip(stats.columns, stats.stats, strict=True):
-        sub = g if cols.size == w.shape[0] else LowRankGaussian(w[cols], noise[cols], mean[cols])
-        total = total + log_likelihood_from_stats(sub, s.n, s.mean, s.scatter)
-    return total
+    d = w.shape[0]
+
+    def one(observed, n, block_mean, scatter):
+        block = LowRankGaussian(jnp.where(observed[:, None], w, 0.0), jnp.where(observed, noise, 1.0),
+                                jnp.where(observed, mean, 0.0))
+        unobserved = d - jnp.sum(observed)
+        return log_likelihood_from_stats(block, n, block_mean, scatter) + 0.5 * n * unobserved * _LOG_2PI
+
+    return jnp.sum(jax.vmap(one)(*(jnp.asarray(a) for a in stats)))
 
 
 def _check_positive_int(value: Any, name: str) -> int:
@@ -371,12 +382,12 @@ def _shape(X, suff_stats, n_samples, n_features, latent, subsample_size):
                 "suff_stats needs latent='marginal' and subsample_size=None; got "
                 f"latent={latent!r}, subsample_size={subsample_size!r}."
             )
-        if not isinstance(suff_stats, SufficientStatistics | MissingPatterns):
+        if not isinstance(suff_stats, SufficientStatistics | MissingPatterns | StackedPatterns):
             raise TypeError(
-                "suff_stats must be a bayespca.statistics.SufficientStatistics or MissingPatterns; got "
-                f"{type(suff_stats).__name__}."
+                "suff_stats must be a bayespca.statistics.SufficientStatistics, MissingPatterns or "
+                f"StackedPatterns; got {type(suff_stats).__name__}."
             )
-        if isinstance(suff_stats, SufficientStatistics):
+        if not isinstance(suff_stats, MissingPatterns):
             return None, jnp.shape(suff_stats.mean)[-1]
         return None, suff_stats.n_features
     if X is not None:
@@ -479,7 +490,7 @@ _MODEL_PARAMETERS = """
     subsample_size : int, optional
         Minibatch size for SVI: the plate ``"obs"`` subsamples rows and
         scales their log-likelihood by ``n / subsample_size``.
-    suff_stats : SufficientStatistics or MissingPatterns, optional
+    suff_stats : SufficientStatistics, MissingPatterns or StackedPatterns, optional
         Instead of ``X`` (marginal model only): the log-likelihood from
         ``(n, xbar, S)`` per pattern, O(d^2 k) each, whatever n, as one
         factor site ``"X"`` holding the total.

@@ -63,7 +63,7 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 from numpyro.distributions.transforms import AffineTransform
 
-from bayespca.statistics import MissingPatterns, SufficientStatistics
+from bayespca.statistics import MissingPatterns, StackedPatterns, SufficientStatistics, stack_patterns
 
 __all__ = [
     "ARD",
@@ -112,23 +112,22 @@ class DataScales(NamedTuple):
     residual: Any = None
 
 
-def _pooled_moments(patterns: MissingPatterns, d: int):
-    """Column counts, means and variances pooled over missing patterns (traceable)."""
-    if patterns.X is not None:
+def _pooled_moments(patterns: MissingPatterns | StackedPatterns):
+    """Row count, and column means and variances pooled over missing patterns (traceable)."""
+    if isinstance(patterns, MissingPatterns) and patterns.X is not None:
         x, obs = jnp.asarray(patterns.X), jnp.asarray(patterns.observed)
         count = obs.sum(axis=0)
         mean = jnp.sum(jnp.where(obs, x, 0.0), axis=0) / count
         var = jnp.sum(jnp.where(obs, (x - mean) ** 2, 0.0), axis=0) / count
         return x.shape[0], mean, var
-    count, total, square = jnp.zeros(d), jnp.zeros(d), jnp.zeros(d)
-    rows = 0
-    for cols, s in zip(patterns.columns, patterns.stats, strict=True):
-        count = count.at[cols].add(s.n)
-        total = total.at[cols].add(s.n * s.mean)
-        square = square.at[cols].add(jnp.diag(s.scatter) + s.n * s.mean**2)
-        rows = rows + s.n
-    mean = total / count
-    return rows, mean, square / count - mean**2
+    if isinstance(patterns, MissingPatterns):
+        patterns = stack_patterns(patterns)
+    observed, n, means, scatter = (jnp.asarray(a) for a in patterns)
+    # A pattern's statistics are 0 outside its columns.
+    count = n @ observed
+    mean = n @ means / count
+    square = jnp.diagonal(scatter, axis1=1, axis2=2).sum(axis=0) + n @ means**2
+    return n.sum(), mean, square / count - mean**2
 
 
 def _pairwise_covariance(X: Any, suff_stats: Any, mean: jax.Array) -> jax.Array:
@@ -139,14 +138,14 @@ def _pairwise_covariance(X: Any, suff_stats: Any, mean: jax.Array) -> jax.Array:
     if isinstance(suff_stats, SufficientStatistics):
         return jnp.asarray(suff_stats.scatter) / suff_stats.n
     if isinstance(suff_stats, MissingPatterns) and suff_stats.X is None:
-        d = mean.shape[0]
-        count, cross = jnp.zeros((d, d)), jnp.zeros((d, d))
-        for cols, s in zip(suff_stats.columns, suff_stats.stats, strict=True):
-            block = (cols[:, None], cols[None, :])
-            # A pattern's rows contribute its scatter plus n_p times the outer product of its mean's offset.
-            offset = s.mean - mean[cols]
-            count = count.at[block].add(s.n)
-            cross = cross.at[block].add(s.scatter + s.n * jnp.outer(offset, offset))
+        suff_stats = stack_patterns(suff_stats)
+    if isinstance(suff_stats, StackedPatterns):
+        observed, n, means, scatter = (jnp.asarray(a) for a in suff_stats)
+        # A pattern's rows contribute its scatter plus n_p times the outer product of its mean's offset.
+        offset = jnp.where(observed, means - mean, 0.0)
+        present = observed.astype(float)
+        count = jnp.einsum("p,pi,pj->ij", n, present, present)
+        cross = scatter.sum(axis=0) + jnp.einsum("p,pi,pj->ij", n, offset, offset)
         return cross / jnp.maximum(count, 1.0)
     if isinstance(suff_stats, MissingPatterns):
         x, observed = jnp.asarray(suff_stats.X), jnp.asarray(suff_stats.observed)
@@ -186,7 +185,7 @@ def data_scales(
     Parameters
     ----------
     X : array of shape (n, d), optional
-    suff_stats : SufficientStatistics or MissingPatterns, optional
+    suff_stats : SufficientStatistics, MissingPatterns or StackedPatterns, optional
         Used instead of ``X``.
     n_features : int, optional
         ``d`` when there are no data.
@@ -211,8 +210,8 @@ def data_scales(
     if isinstance(suff_stats, SufficientStatistics):
         n = suff_stats.n
         mean, var = jnp.asarray(suff_stats.mean), jnp.diag(jnp.asarray(suff_stats.scatter)) / n
-    elif isinstance(suff_stats, MissingPatterns):
-        n, mean, var = _pooled_moments(suff_stats, n_features)
+    elif isinstance(suff_stats, MissingPatterns | StackedPatterns):
+        n, mean, var = _pooled_moments(suff_stats)
     elif X is not None:
         X = jnp.asarray(X)
         n, mean, var = X.shape[0], jnp.nanmean(X, axis=0), jnp.nanvar(X, axis=0)

@@ -40,6 +40,8 @@ __all__ = [
     "power_of_two_scale",
     "prepare",
     "scatter_spectrum",
+    "StackedPatterns",
+    "stack_patterns",
     "sufficient_statistics",
 ]
 
@@ -92,8 +94,8 @@ def columns_divided(stats: Any, factor: np.ndarray) -> Any:
 
     ``mean / f`` and ``scatter / (f f^T)`` for complete data
     (:class:`SufficientStatistics`) and for each missing pattern's observed
-    block (:class:`MissingPatterns`; its rows too when it keeps them).
-    Powers of two as factors divide exactly.
+    block (:class:`MissingPatterns`, its rows too when it keeps them;
+    :class:`StackedPatterns`). Powers of two as factors divide exactly.
 
     Examples
     --------
@@ -107,6 +109,8 @@ def columns_divided(stats: Any, factor: np.ndarray) -> Any:
         return SufficientStatistics(
             stats.n, np.asarray(stats.mean) / factor, np.asarray(stats.scatter) / np.outer(factor, factor)
         )
+    if isinstance(stats, StackedPatterns):
+        return stats._replace(mean=stats.mean / factor, scatter=stats.scatter / np.outer(factor, factor))
     pairs = zip(stats.columns, stats.stats, strict=True)
     parts = tuple(columns_divided(s, factor[cols]) for cols, s in pairs)
     rows = None if stats.X is None else np.asarray(stats.X) / factor
@@ -169,6 +173,64 @@ class MissingPatterns:
     n_features: int
     X: np.ndarray | None = None
     observed: np.ndarray | None = None
+
+
+class StackedPatterns(NamedTuple):
+    """The statistics of :class:`MissingPatterns` padded to ``d`` features and stacked.
+
+    ``observed[p]`` marks the columns of pattern ``p``; ``mean[p]`` and
+    ``scatter[p]`` are its statistics there and 0 elsewhere. Code over the
+    patterns is then one vectorized operation, whatever their number: a
+    loop over a tuple of differently sized patterns compiles each
+    pattern's code anew (a NUTS sampler took 22 s to compile with 13
+    patterns, 51 s with 33).
+
+    Attributes
+    ----------
+    observed : ndarray of bool, shape (P, d)
+    n : ndarray of shape (P,)
+        Rows per pattern (0 for padding).
+    mean : ndarray of shape (P, d)
+    scatter : ndarray of shape (P, d, d)
+    """
+
+    observed: Any
+    n: Any
+    mean: Any
+    scatter: Any
+
+
+def stack_patterns(patterns: MissingPatterns, multiple: int = 1) -> StackedPatterns:
+    """:class:`StackedPatterns` of grouped patterns, their count padded up to a multiple of ``multiple``.
+
+    Padding patterns have no rows and no observed column (they add 0 to
+    every sum), so data sets whose pattern counts round to the same number
+    share compiled code. NumPy in, NumPy out; traceable (JAX arrays in,
+    ``columns`` included, give JAX arrays).
+
+    Examples
+    --------
+    >>> p = stack_patterns(missing_patterns([[1.0, 2.0], [3.0, np.nan], [5.0, 6.0]]), multiple=4)
+    >>> p.observed.tolist(), p.n.tolist(), p.mean[1].tolist()
+    ([[True, True], [True, False], [False, False], [False, False]], [2.0, 1.0, 0.0, 0.0], [3.0, 0.0])
+    """
+    if patterns.X is not None:
+        raise ValueError("The patterns keep their rows (too many to group): there is nothing to stack.")
+    leaves = [*patterns.columns, *(a for s in patterns.stats for a in s)]
+    xp = np
+    if any(type(a).__module__.startswith("jax") for a in leaves):
+        import jax.numpy as xp
+    d, count = patterns.n_features, len(patterns.columns)
+    size = max(multiple, -(-count // multiple) * multiple)
+    # Pattern p's block goes to its columns through the rows of the identity that pick them.
+    picks = [xp.eye(d)[cols] for cols in patterns.columns]
+    empty = xp.zeros((size - count, d))
+    observed = xp.concatenate([*(e.sum(axis=0) for e in picks), *empty]).reshape(size, d) > 0
+    n = xp.concatenate([xp.asarray([s.n for s in patterns.stats], dtype=float), xp.zeros(size - count)])
+    mean = xp.stack([*(s.mean @ e for s, e in zip(patterns.stats, picks, strict=True)), *empty])
+    scatter = xp.stack([*(e.T @ s.scatter @ e for s, e in zip(patterns.stats, picks, strict=True)),
+                        *xp.zeros((size - count, d, d))])
+    return StackedPatterns(observed, n, mean, scatter)
 
 
 def missing_patterns(X: Any, max_patterns: int = _MAX_PATTERNS) -> MissingPatterns:

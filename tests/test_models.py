@@ -14,9 +14,10 @@ from test_priors import pairwise_residual_variances  # the reference, defined on
 from threadpoolctl import threadpool_limits
 
 import bayespca  # noqa: F401  (sets float64)
-from bayespca.models import factor_analysis, ppca
+from bayespca.gaussian import LowRankGaussian, log_prob
+from bayespca.models import factor_analysis, marginal_log_likelihood, ppca
 from bayespca.priors import Priors, as_priors, data_scales, resolve
-from bayespca.statistics import sufficient_statistics
+from bayespca.statistics import missing_patterns, stack_patterns, sufficient_statistics
 
 N, D, K = 40, 5, 2
 
@@ -319,3 +320,27 @@ def test_bad_shapes_and_modes_are_named():
     mcmc = MCMC(NUTS(ppca), num_warmup=1, num_samples=1, jit_model_args=True, progress_bar=False)
     with pytest.raises(TypeError, match=r"functools.partial\(model, n_components=n_components\)"):
         mcmc.run(jax.random.key(0), X, n_components=1)
+
+
+@pytest.mark.parametrize("multiple", [1, 8])
+def test_pattern_likelihood_is_the_sum_over_rows_of_their_observed_blocks(multiple):
+    """The likelihood from missing patterns (grouped or stacked, padded with empty patterns) equals
+    the sum over rows of each row's observed-block Gaussian density, a row with one observed
+    entry and a pattern with all entries observed included."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(90, 5)) @ rng.normal(size=(5, 5)) + 3.0
+    X[rng.random(X.shape) < 0.25] = np.nan
+    X[0, 1:] = np.nan
+    observed = ~np.isnan(X)
+    g = LowRankGaussian(rng.normal(size=(5, 2)), rng.uniform(0.2, 1.5, 5), rng.normal(size=5))
+    reference = 0.0
+    for x, o in zip(X, observed, strict=True):  # each row's observed block, by SciPy
+        cov = g.loadings[o] @ g.loadings[o].T + np.diag(g.noise[o])
+        reference += stats.multivariate_normal(g.mean[o], cov).logpdf(x[o]) if o.any() else 0.0
+    patterns = missing_patterns(X)
+    assert len(patterns.columns) > 8
+    np.testing.assert_allclose(float(marginal_log_likelihood(g, patterns)), reference, rtol=1e-11)
+    stacked = stack_patterns(patterns, multiple)
+    assert stacked.n.size % multiple == 0
+    np.testing.assert_allclose(float(marginal_log_likelihood(g, stacked)), reference, rtol=1e-11)
+    np.testing.assert_allclose(float(np.sum(log_prob(g, np.nan_to_num(X), observed))), reference, rtol=1e-11)

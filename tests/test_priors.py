@@ -7,7 +7,7 @@ from sklearn.datasets import load_diabetes, load_iris, load_wine
 
 import bayespca  # noqa: F401  (sets float64)
 from bayespca.priors import as_priors, data_scales, resolve
-from bayespca.statistics import missing_patterns, sufficient_statistics
+from bayespca.statistics import missing_patterns, stack_patterns, sufficient_statistics
 
 
 def _regression_residual_variances(X):
@@ -64,17 +64,24 @@ def test_residual_variance_floors_the_correlation_eigenvalues():
     assert np.all(u >= 0.01 * X.var(0))
 
 
-@pytest.mark.parametrize("max_patterns", [64, 1])
+@pytest.mark.parametrize("max_patterns", [64, 1, "stacked"])
 def test_residual_variance_with_missing_values_is_pairwise(max_patterns):
-    # Pooled over missing patterns (or over rows when there are too many patterns), from the
-    # raw rows with NaN, and in the loop over pairs: the same pairwise correlation matrix.
+    # Pooled over missing patterns (grouped, stacked and padded, or over rows when there are too
+    # many patterns), from the raw rows with NaN, and in the loop over pairs: the same pairwise
+    # correlation matrix; the column moments are NumPy's nanmean and nanvar.
     X = load_wine().data[:, :6].copy()
     X[np.random.default_rng(0).random(X.shape) < 0.1] = np.nan
     reference = pairwise_residual_variances(X)
     np.testing.assert_allclose(np.asarray(data_scales(X).residual), reference, rtol=1e-10)
-    patterns = missing_patterns(X, max_patterns)
-    got = data_scales(suff_stats=patterns, n_features=X.shape[1]).residual
-    np.testing.assert_allclose(np.asarray(got), reference, rtol=1e-10)
+    if max_patterns == "stacked":
+        patterns = stack_patterns(missing_patterns(X), multiple=8)
+    else:
+        patterns = missing_patterns(X, max_patterns)
+    got = data_scales(suff_stats=patterns, n_features=X.shape[1])
+    np.testing.assert_allclose(np.asarray(got.residual), reference, rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(got.mean), np.nanmean(X, axis=0), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(got.sd), np.nanstd(X, axis=0), rtol=1e-10)
+    assert float(got.n) == X.shape[0]
 
 
 def test_fa_noise_prior_is_equivariant():

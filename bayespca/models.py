@@ -267,8 +267,11 @@ def draws_marginal_log_likelihood(draws: tuple, stats: Any) -> jax.Array:
     """:func:`marginal_log_likelihood` of each draw ``(W, noise, mu)`` (leading axis), shape (m,).
 
     Compiled once per shape of the draws and of the statistics, which do not
-    depend on the number of rows.
+    depend on the number of rows. Grouped missing patterns are stacked once,
+    outside the loop over draws.
     """
+    if isinstance(stats, MissingPatterns) and stats.X is None:
+        stats = stack_patterns(stats)
     return jax.lax.map(lambda a: marginal_log_likelihood(LowRankGaussian(*a), stats), draws)
 
 

@@ -2,22 +2,28 @@
 
 A ``dask.array`` or ``dask.dataframe`` is prepared (:func:`prepare_chunked`)
 into the same :class:`bayespca.statistics.Prepared` as in-memory data, so
-every fitter that consumes statistics runs unchanged. Two passes over the
-chunks, each a tree reduction on whatever scheduler is active (a
+every fitter that consumes statistics runs unchanged. Each pass over the
+chunks is a tree reduction on whatever scheduler is active (a
 ``distributed.Client`` if the user made one, the threaded scheduler
-otherwise), bring only small summaries to the client:
+otherwise) and brings only small summaries to the client:
 
 1. *extent*: rows, largest magnitude per column (which sets the
    power-of-two scale), column sums (the centre), infinities, and the
    count of each pattern of observed entries;
-2. *moments*: raw sums ``n``, ``sum y``, ``sum y y^T`` of the rows about
-   that centre, ``y = (x - c) / unit`` (complete data), or of each
-   pattern's observed block, and per-column sums of the observed entries.
-   Raw sums merge by addition; about the data's own mean the final
-   ``sum y y^T - n ybar ybar^T`` does not cancel, so the scatter is as
-   accurate as centring the whole matrix first. On data whose sums are
-   exact (small integers, ``n`` a power of two) every chunking gives the
-   very bits of the in-memory path.
+2. *moments*: raw sums ``n``, ``sum y``, ``sum y y^T`` of the rows about a
+   centre, ``y = (x - c) / unit`` (complete data), or of each pattern's
+   observed block, and per-column sums of the observed entries. Raw sums
+   merge by addition, and ``sum y y^T - n ybar ybar^T`` loses
+   ``log10(1 + delta^2)`` digits when ``c`` is ``delta`` sds from the mean.
+
+Complete data take one pass: the moments are summed beside the extent,
+about the first block's column means rounded to a power of two at or below
+their sd, and kept when no column's centre is more than 64 sds off
+(``_CANCELLATION``; at most 3.6 digits lost). Missing values (whose
+patterns must be known first) or a centre too far off (a store sorted by
+a feature) take a second pass about the data's mean. On data whose sums
+are exact (small integers, ``n`` a power of two) every chunking gives the
+very bits of the in-memory path.
 
 The rows stay a Dask array (in working units) for the row-level work:
 :func:`rowwise` turns an estimator's NumPy method (``transform``,
@@ -59,6 +65,7 @@ __all__ = [
 ]
 
 _MAX_PATTERNS = 64
+_CANCELLATION = 2.0**12  # n ybar^2 / scatter_jj above which one-pass moments are taken again about the mean
 #: Largest Dask array :func:`in_memory` brings to the client (bytes).
 MAX_IN_MEMORY_BYTES = 2_000_000_000
 
@@ -271,10 +278,11 @@ class _Moments(NamedTuple):
 def _block_moments(block: np.ndarray, unit: float, centre: np.ndarray, keys: tuple | None, rows: bool):
     y = (block - centre) / unit
     if keys is None:  # complete data
-        whole = _raw(y) if rows else None
-        cross = np.diag(whole.cross).copy() if rows else np.einsum("ij,ij->j", y, y)
-        columns = _Raw(np.full(y.shape[1], y.shape[0]), y.sum(axis=0) if whole is None else whole.total, cross)
-        return _Moments(columns, whole, {})
+        n, d = y.shape
+        if not rows:
+            return _Moments(_Raw(np.full(d, n), y.sum(axis=0), np.einsum("ij,ij->j", y, y)), None, {})
+        whole = _raw(y)
+        return _Moments(_Raw(np.full(d, n), whole.total, np.diag(whole.cross).copy()), whole, {})
     observed = ~np.isnan(y)
     filled = np.where(observed, y, 0.0)
     columns = _Raw(observed.sum(axis=0), filled.sum(axis=0), np.einsum("ij,ij->j", filled, filled))
@@ -291,6 +299,74 @@ def _block_moments(block: np.ndarray, unit: float, centre: np.ndarray, keys: tup
 def _merge_moments(a: _Moments, b: _Moments) -> _Moments:
     return _Moments(_add(a.columns, b.columns), None if a.rows is None else _add(a.rows, b.rows),
                     _add(a.patterns, b.patterns))
+
+
+def _rough_centre(block: np.ndarray) -> tuple[np.ndarray, float]:
+    """A centre and a unit for the one-pass moments, from the first block.
+
+    Each column's mean over the block's finite entries, rounded to a
+    multiple of the power of two at or below its sd there (exact data stay
+    exact about it), and the power of two above the block's largest finite
+    magnitude.
+    """
+    ok = np.isfinite(block)
+    count = np.maximum(ok.sum(axis=0), 1)
+    mean = np.where(ok, block, 0.0).sum(axis=0) / count
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        sd = np.sqrt((np.where(ok, block - mean, 0.0) ** 2).sum(axis=0) / count)
+        size = np.where(sd > 0, sd, np.abs(mean))
+        step = np.exp2(np.floor(np.log2(size)))
+        centre = np.round(mean / step) * step
+    top = float(np.abs(np.where(ok, block, 0.0)).max(initial=0.0))
+    unit = math.ldexp(1.0, math.frexp(top)[1]) if top > 0 else 1.0
+    return np.where(np.isfinite(centre), centre, 0.0), unit
+
+
+def _block_summary(block: np.ndarray, rough: tuple, rows: bool):
+    """The extent of a block and, if it misses nothing, its moments about the rough centre."""
+    ext = _block_extent(block)
+    complete = ext.n_inf == 0 and bool(np.all(ext.col_count == ext.n))
+    centre, unit = rough
+    return ext, _block_moments(block, unit, centre, None, rows) if complete else None
+
+
+def _merge_summary(a, b):
+    moments = None if a[1] is None or b[1] is None else _merge_moments(a[1], b[1])
+    return _merge_extent(a[0], b[0]), moments
+
+
+def _first_pass(arr, rows: bool):
+    """Extent and, for complete data, moments in one pass: ``(extent, moments or None, centre, unit)``."""
+    import dask
+
+    blocks = _blocks(arr)
+    rough = dask.delayed(_rough_centre, pure=True)(blocks[0])
+    parts = [dask.delayed(_block_summary, pure=True)(b, rough, rows) for b in blocks]
+    (ext, moments), (centre, unit) = dask.compute(_tree(parts, _merge_summary), rough)
+    return ext, moments, centre, unit
+
+
+def _in_unit(moments: _Moments | None, ratio: float) -> _Moments | None:
+    """One-pass moments moved to the final unit (``ratio``, a power of two), or None if they cancel.
+
+    About a centre ``delta`` sds from the mean, ``sum y^2 - n ybar^2`` loses
+    ``log10(1 + delta^2)`` digits; above ``_CANCELLATION`` the moments are
+    taken again about the mean (as for a constant column the centre misses).
+    """
+    if moments is None or not 2.0**-500 <= ratio <= 2.0**500:
+        return None
+    cols = moments.columns
+    mean = cols.total / cols.n
+    ss = cols.cross - cols.n * mean**2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fine = np.where(ss > 0, cols.n * mean**2 <= _CANCELLATION * ss, mean == 0)
+    if not (fine.all() and np.isfinite(cols.cross).all()):
+        return None
+
+    def scaled(raw):
+        return None if raw is None else _Raw(raw.n, raw.total * ratio, raw.cross * ratio**2)
+
+    return _Moments(scaled(cols), scaled(moments.rows), {})
 
 
 def _centred(raw: _Raw, offset: np.ndarray, factor: float) -> SufficientStatistics:
@@ -367,16 +443,18 @@ def prepare_chunked(
     target = estimator if estimator is not None else type("Fitting", (), {})()
     arr, names = as_dask_matrix(X)
     n, d = arr.shape
-    ext = _reduce(arr, _block_extent, _merge_extent)
+    ext, mom, centre, rough_unit = _first_pass(arr, scatter)
     keys = _check_extent(ext, d, allow_nan, min_samples, target)
     top = float(ext.col_max.max())
     unit = math.ldexp(1.0, math.frexp(top)[1]) if top > 0 else 1.0
-    centre = ext.col_sum / ext.col_count
+    mom = _in_unit(mom, rough_unit / unit) if keys is None else None
     few = keys is not None and len(keys) <= _MAX_PATTERNS
-    # Above 64 patterns only the per-column moments are reduced (keys=()): the rows stay.
-    block_keys = None if keys is None else tuple(keys) if few else ()
-    block_fn = functools.partial(_block_moments, unit=unit, centre=centre, keys=block_keys, rows=scatter)
-    mom = _reduce(arr, block_fn, _merge_moments)
+    if mom is None:  # missing values, or the rough centre too far from the mean: a pass about the mean
+        centre = ext.col_sum / ext.col_count
+        # Above 64 patterns only the per-column moments are reduced (keys=()): the rows stay.
+        block_keys = None if keys is None else tuple(keys) if few else ()
+        block_fn = functools.partial(_block_moments, unit=unit, centre=centre, keys=block_keys, rows=scatter)
+        mom = _reduce(arr, block_fn, _merge_moments)
     cols = mom.columns
     col_mean = cols.total / cols.n
     col_ss = cols.cross - cols.n * col_mean**2

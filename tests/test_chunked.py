@@ -63,6 +63,21 @@ def test_statistics_bitwise_on_exact_data():
     assert np.array_equal(p.mean, q.mean) and np.array_equal(p.variances, q.variances)
 
 
+def test_statistics_when_the_first_chunk_misplaces_the_centre():
+    # Complete data take one pass about the first chunk's rounded means. Here
+    # feature 0 is constant (5.0) in that chunk and varies by 1e-9 after it:
+    # about a centre 1e9 sds from its mean the one-pass variance would be
+    # rounding error, so the moments must be taken again about the mean.
+    X = _factor_data(n=1000)
+    X[:, 0] = 5.0
+    X[100:, 0] += 1e-9 * np.random.default_rng(3).normal(size=900)
+    p, q = prepare(da.from_array(X, chunks=100)), prepare(X)
+    _close(p.variances, q.variances, 1e-10)
+    _close(p.stats.scatter, q.stats.scatter, 1e-10)
+    np.testing.assert_allclose(p.variances[0], q.variances[0], rtol=1e-10)  # _close's atol hides it
+    np.testing.assert_allclose(p.variances[0], np.var(X[:, 0]) / p.scale**2, rtol=1e-6)
+
+
 @pytest.mark.parametrize("fraction", [0.03, 0.15])  # few patterns (grouped), many (> 64: the rows)
 def test_missing_patterns_equal_numpy(fraction):
     X = _factor_data(n=900, d=7)

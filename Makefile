@@ -35,6 +35,7 @@ notebooks: $(STAMP)
 	$(PY) tools/run_notebooks.py
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
 	for f in benchmarks/bench_*.py; do $(PY) $$f || exit 1; done
 
 clean:

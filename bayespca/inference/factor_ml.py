@@ -618,8 +618,8 @@ def fit_factor_analysis(
         ``psi_j >= floor * var_j`` (:func:`~bayespca.inference.closed_form.noise_floor`).
     init : LowRankGaussian or None
         Start from these uniquenesses (data units) instead of the default starts.
-    n_starts : int, default=4
-        Starts tried (module notes); the best optimum is kept.
+    n_starts : int, default=32
+        Most starts tried (module notes); the best optimum is kept.
     random_state : int, Generator or None, default=0
         Seed of the random starts.
 

@@ -1,17 +1,19 @@
 """Statistics, PCA and PPCA (closed form, NUTS) on Dask data generated chunk by chunk, never materialised.
 
-    python benchmarks/bench_scale.py --rows 100_000_000 --features 50 --chunk 1_000_000
-    python benchmarks/bench_scale.py --rows 10_000_000 --compare   # side by side with IncrementalPCA
+    python benchmarks/bench_scale.py --rows 100_000_000 --features 50
+    python benchmarks/bench_scale.py --rows 10_000_000 --compare   # beside IncrementalPCA and dask-ml
 
 The data are ``Z W^T + noise`` (k = 5), each chunk drawn from its own seed
 on the worker that needs it, on a LocalCluster of ``--workers`` worker
 processes. Reported per step: wall time, the largest memory one worker
 held (``distributed``'s sampled process memory), and for the statistics the
-throughput in GB/s against a single in-memory ``X.T @ X`` on one chunk in the
-same run (the machine's limit for this reduction). ``--compare`` runs, on
-the same data, scikit-learn's ``IncrementalPCA`` (one ``partial_fit`` per
-chunk) and dask-ml's ``PCA`` when installed (``pip install 'bayespca[bench]'``;
-where it fails, its randomized SVD by hand).
+throughput in GB/s against a single in-memory ``X.T @ X`` on one chunk in
+the same run (the machine's limit for this reduction) and against the rate
+at which the workers generate the chunks (the source's limit).
+``--compare`` runs, on the same data, scikit-learn's ``IncrementalPCA``
+(one ``partial_fit`` per chunk) and dask-ml's ``PCA`` when installed
+(``pip install 'bayespca[bench]'``; where it fails, its randomized SVD by
+hand).
 """
 
 from __future__ import annotations
@@ -133,7 +135,10 @@ def main(argv=None):
     X = make_data(rows, d, args.chunk)
     print(f"n = {rows:.3g} x d = {d} ({rows * d * 8 / 1e9:.1f} GB, chunks of {args.chunk:.3g} rows), "
           f"{args.workers} workers")
-    one = np.asarray(make_data(args.chunk, d, args.chunk).compute())
+    start = time.perf_counter()
+    one = np.asarray(make_data(args.chunk, d, args.chunk).compute(scheduler="sync"))
+    source = args.workers * one.size * 8 / 1e9 / (time.perf_counter() - start)
+    print(f"generating the chunks: {source:.2f} GB/s on {args.workers} workers (the source's limit here)")
     start = time.perf_counter()
     for _ in range(3):
         one.T @ one
@@ -169,7 +174,8 @@ def main(argv=None):
         print(f"PCA(5) / {label:<28} {ours / seconds:6.2f}")
     if others:
         print(f"PCA(5) / the fastest alternative: {ours / min(s for _, s in others):.2f} (target <= 0.5)")
-    print(f"statistics throughput: {report[0][3] / limit:.2f} of the in-memory limit; scale {prepared.scale}")
+    print(f"statistics throughput: {report[0][3] / limit:.2f} of the in-memory X.T @ X, "
+          f"{report[0][3] / source:.2f} of the source's rate; scale {prepared.scale}")
 
 
 if __name__ == "__main__":

@@ -185,9 +185,10 @@ def posterior_tree(draws: Any, X: np.ndarray, pointwise: np.ndarray, *, feature_
     from bayespca.posterior import diagnose, posterior_variables
 
     variables = {**posterior_variables(draws), **(extra or {}), "log_lik": pointwise.sum(-1)}
-    n, d = X.shape
+    d = X.shape[1]
     feature = list(feature_names) if feature_names is not None else list(range(d))
-    coords = {"feature": feature, "component": list(range(draws.loadings.shape[-1])), "obs": list(range(n))}
+    # "obs" gets ArviZ's default 0 .. n-1 (as in bayespca.posterior.to_datatree)
+    coords = {"feature": feature, "component": list(range(draws.loadings.shape[-1]))}
     dims = {"W": ["feature", "component"], "mu": ["feature"], "eigenvalues": ["component"]}
     if clusters is not None:
         coords["cluster"] = list(range(clusters))

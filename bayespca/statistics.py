@@ -29,7 +29,6 @@ import numpy as np
 from bayespca.linalg import centred_scatter
 
 __all__ = [
-    "PATTERN_MULTIPLE",
     "MissingPatterns",
     "Prepared",
     "SufficientStatistics",
@@ -45,10 +44,6 @@ __all__ = [
     "stack_patterns",
     "sufficient_statistics",
 ]
-
-#: Missing patterns reach compiled code (NUTS, SVI) stacked, their count padded to a multiple of
-#: this: data sets with 1-8, 9-16, ... patterns share a compiled program.
-PATTERN_MULTIPLE = 8
 
 # Largest spread whose square (a variance) is a normal float64 with room for
 # sums over features: 2^505 ~ 1e152 (and 2^-505 ~ 1e-152 for the smallest).
@@ -94,14 +89,13 @@ def pooled_statistics(a: SufficientStatistics, b: SufficientStatistics) -> Suffi
     return SufficientStatistics(n, mean, a.scatter + b.scatter + np.outer(delta, delta) * (a.n * b.n / n))
 
 
-def columns_divided(stats: Any, factor: np.ndarray, shift: np.ndarray | None = None) -> Any:
-    """The statistics of the data with column ``j`` divided by ``factor[j]`` (after subtracting ``shift[j]``).
+def columns_divided(stats: Any, factor: np.ndarray) -> Any:
+    """The statistics of the data with column ``j`` divided by ``factor[j]``.
 
-    ``(mean - c) / f`` and ``scatter / (f f^T)`` for complete data
+    ``mean / f`` and ``scatter / (f f^T)`` for complete data
     (:class:`SufficientStatistics`) and for each missing pattern's observed
     block (:class:`MissingPatterns`, its rows too when it keeps them;
-    :class:`StackedPatterns`, whose padding stays 0). Powers of two as
-    factors divide exactly.
+    :class:`StackedPatterns`). Powers of two as factors divide exactly.
 
     Examples
     --------
@@ -111,16 +105,15 @@ def columns_divided(stats: Any, factor: np.ndarray, shift: np.ndarray | None = N
     ([2.0, 2.0], True)
     """
     factor = np.asarray(factor, dtype=float)
-    shift = np.zeros(factor.shape[-1]) if shift is None else np.asarray(shift, dtype=float)
     if isinstance(stats, SufficientStatistics):
-        mean = (np.asarray(stats.mean) - shift) / factor
-        return SufficientStatistics(stats.n, mean, np.asarray(stats.scatter) / np.outer(factor, factor))
+        return SufficientStatistics(
+            stats.n, np.asarray(stats.mean) / factor, np.asarray(stats.scatter) / np.outer(factor, factor)
+        )
     if isinstance(stats, StackedPatterns):
-        mean = np.where(stats.observed, (stats.mean - shift) / factor, 0.0)
-        return stats._replace(mean=mean, scatter=stats.scatter / np.outer(factor, factor))
+        return stats._replace(mean=stats.mean / factor, scatter=stats.scatter / np.outer(factor, factor))
     pairs = zip(stats.columns, stats.stats, strict=True)
-    parts = tuple(columns_divided(s, factor[cols], shift[cols]) for cols, s in pairs)
-    rows = None if stats.X is None else np.where(stats.observed, (np.asarray(stats.X) - shift) / factor, 0.0)
+    parts = tuple(columns_divided(s, factor[cols]) for cols, s in pairs)
+    rows = None if stats.X is None else np.asarray(stats.X) / factor
     return MissingPatterns(stats.columns, parts, stats.n_features, rows, stats.observed)
 
 

@@ -45,7 +45,6 @@ clustering with the integrated completed likelihood. IEEE TPAMI 22(7), 719-725.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from typing import Any
@@ -269,8 +268,7 @@ def fit_mixture_nuts(
         posterior means; ``details["responsibilities"]`` averaged over draws.
     """
     from bayespca import priors as prior_classes
-    from bayespca.inference.model_nuts import sample_model
-    from bayespca.inference.nuts import align_signs
+    from bayespca.inference.nuts import align_signs, sample_model
     from bayespca.models import identification_for, initial_values, mixture_ppca
 
     X = prepared.X
@@ -286,11 +284,12 @@ def fit_mixture_nuts(
         start = _cluster(em.gaussian, c)
         for name, value in initial_values(identification, resolved.loadings, start, "isotropic", n).items():
             values[f"c{c}/{name}"] = value
-    model = functools.partial(mixture_ppca, n_mixtures=K, n_components=k, prior=priors,
-                              identification=identification)
+    options = {"n_mixtures": K, "n_components": k, "identification": identification,
+               "has_missing": prepared.missing is not None}
     sites, stats = sample_model(
-        model, {"X": jnp.asarray(X)}, values, num_warmup=num_warmup, num_samples=num_samples,
-        num_chains=num_chains, target_accept_prob=target_accept_prob, random_state=random_state,
+        mixture_ppca, options, {"X": X, "prior": priors}, values, num_warmup=num_warmup,
+        num_samples=num_samples, num_chains=num_chains, target_accept_prob=target_accept_prob,
+        random_state=random_state,
     )
     shape = (num_chains, num_samples)
     loadings = np.stack([sites[f"c{c}/W"] for c in range(K)], axis=2)

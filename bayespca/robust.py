@@ -319,15 +319,17 @@ def fit_robust_em(
 
 
 # ----------------------------------------------------------- SVI and NUTS
-def _model(spec: ModelSpec, nu: float | None, prepared: Prepared):
-    """The NumPyro model of the fit and the priors in working units."""
+def _model_arguments(spec: ModelSpec, nu: float | None, prepared: Prepared) -> tuple[dict, dict]:
+    """The keyword arguments of :func:`bayespca.models.robust_ppca` for the fit, priors in working units.
+
+    Those that fix the model's code (``n_components``, ``nu``) and its
+    numbers (``prior``, ``nu_prior``), apart: the NUTS runner compiles the
+    first in.
+    """
     from bayespca import priors as prior_classes
-    from bayespca.models import robust_ppca
 
     priors = prior_classes.to_units(prior_classes.as_priors(spec.prior), "isotropic", prepared.scale)
-    model = functools.partial(robust_ppca, n_components=spec.n_components, nu=nu, prior=priors,
-                              nu_prior=_nu_prior(spec.prior))
-    return model, priors
+    return {"n_components": spec.n_components, "nu": nu}, {"prior": priors, "nu_prior": _nu_prior(spec.prior)}
 
 
 def _nu_prior(prior: Any):
@@ -380,8 +382,10 @@ def fit_robust_svi(
 
     num_steps = check_number(num_steps, "num_steps", integer=True, low=1)
     learning_rate = check_number(learning_rate, "learning_rate", low=0, low_open=True)
-    model, _ = _model(spec, nu, prepared)
-    model = functools.partial(model, identification="none")
+    from bayespca.models import robust_ppca
+
+    options, numbers = _model_arguments(spec, nu, prepared)
+    model = functools.partial(robust_ppca, **options, **numbers, identification="none")
     start = _gaussian_start(prepared, spec.n_components)
     values = {"W": np.asarray(start.loadings), "sigma": math.sqrt(start.noise[0]),
               "mu": np.asarray(start.mean)}
@@ -429,7 +433,7 @@ def fit_robust_nuts(
 
     The chains start at the EM fit (mean-filled data when some entries are
     missing) and are preconditioned by the Laplace approximation there
-    (:func:`bayespca.inference.model_nuts.sample_model`); ``W`` is sampled
+    (:func:`bayespca.inference.nuts.sample_model`); ``W`` is sampled
     in the coordinates of ``spec.identification`` (default ``"polar"``),
     its columns' signs aligned to the EM loadings afterwards. Each gradient
     costs O(n d k + d k^2): the t has no sufficient statistics.
@@ -443,13 +447,12 @@ def fit_robust_nuts(
         ``row_weights`` (posterior mean of ``E[u_i | x_i, theta]``).
     """
     from bayespca import priors as prior_classes
-    from bayespca.inference.model_nuts import sample_model
-    from bayespca.inference.nuts import align_signs
-    from bayespca.models import identification_for, initial_values
+    from bayespca.inference.nuts import align_signs, sample_model
+    from bayespca.models import identification_for, initial_values, robust_ppca
 
-    model, priors = _model(spec, nu, prepared)
+    options, numbers = _model_arguments(spec, nu, prepared)
     X = prepared.X
-    resolved = prior_classes.resolve(priors, "isotropic", prior_classes.data_scales(X=X))
+    resolved = prior_classes.resolve(numbers["prior"], "isotropic", prior_classes.data_scales(X=X))
     identification = identification_for(spec.identification, "isotropic", resolved.loadings)
     # EM in working units (scale 1), on the column-mean filled rows when some are missing.
     filled = X if prepared.missing is None else np.where(prepared.missing, prepared.mean, X)
@@ -458,9 +461,9 @@ def fit_robust_nuts(
     values = initial_values(identification, resolved.loadings, start, "isotropic", prepared.n)
     if nu is None:
         values["nu"] = min(max(em.details["nu"], 0.5), 1e3)
-    kwargs = {"X": jnp.asarray(X), "identification": identification}
+    options.update(identification=identification, has_missing=prepared.missing is not None)
     sites, stats = sample_model(
-        model, kwargs, values, num_warmup=num_warmup, num_samples=num_samples,
+        robust_ppca, options, {"X": X, **numbers}, values, num_warmup=num_warmup, num_samples=num_samples,
         num_chains=num_chains, target_accept_prob=target_accept_prob, random_state=random_state,
     )
     w = sites["W"]

@@ -144,6 +144,20 @@ def test_nuts_posterior_mode_is_the_em_fit(t_fits):
     assert em.log_likelihood_ - ll.max() < chi2(12).ppf(1e-3) / 2 + 1.0
 
 
+def test_nuts_on_new_rows_of_the_same_shape_compiles_nothing(t_fits, backend_compiles):
+    # The rows, priors and start reach the compiled sampler as arguments (the runner of PPCA's NUTS);
+    # before, NumPyro's MCMC closed over the rows and compiled every program again at each fit.
+    X = _t_data(seed=7)
+    with warnings.catch_warnings(), backend_compiles() as compiles:
+        warnings.simplefilter("ignore", SamplingWarning)  # short chains
+        fit = RobustPPCA(1, method="nuts", prior="flat", num_warmup=300, num_samples=400, num_chains=2,
+                         random_state=1).fit(X)
+    assert compiles == []
+    em = RobustPPCA(1).fit(X)
+    nu = fit.nuts_.extra["nu"].ravel()
+    assert abs(nu.mean() - em.nu_) < 2 * nu.std()
+
+
 def test_loo_prefers_the_t_model_on_heavy_tailed_rows(t_fits):
     X, _, _, nuts, gauss = t_fits
     # The pointwise log-likelihood of one draw is scipy's multivariate t density of the rows.

@@ -28,6 +28,10 @@ runner adds three things that make it fast:
    configuration reuses it (measured at n=1000, d=20, k=3, 500+500 draws:
    9 s for the first fit, under 1 s for the next).
 
+The same runner samples the models whose likelihood reads the rows (the
+Student-t pPCA, the mixture of pPCA: :func:`sample_model`), with the rows
+as an argument of the compiled programs.
+
 After sampling, draws of ``W`` are identified for reporting: ``"polar"``
 fixes each column's sign by its inner product with the ML loadings (for FA
 after rotating each draw to ``factanal``'s orientation, ``W^T Psi^{-1} W``
@@ -42,6 +46,7 @@ recorded as ``"signed_permutation"``).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +65,7 @@ from bayespca.models import MODELS, identification_for, initial_values, marginal
 from bayespca.params import as_key, check_bool, check_choice, check_number
 from bayespca.statistics import Prepared, columns_divided, stack_patterns
 
-__all__ = ["CHAIN_METHODS", "align_signs", "fit_nuts", "laplace_factor", "sample_statistics"]
+__all__ = ["CHAIN_METHODS", "align_signs", "fit_nuts", "laplace_factor", "sample_model", "sample_statistics"]
 
 # Samplers and optimisers compile once per configuration; keep the programs between processes.
 enable_compilation_cache()
@@ -77,14 +82,16 @@ _EXTRA_FIELDS = ("diverging", "num_steps", "potential_energy", "accept_prob", "e
 class _Static:
     """What fixes the code and shapes of the potential (the key of jit's cache).
 
-    Everything else (statistics, priors' numbers, start, preconditioner)
-    travels in the ``data`` pytree. ``layout`` lists the ``(name, shape)``
-    of the unconstrained sites in ravel order.
+    ``model`` is a model function of :mod:`bayespca.models` and ``options``
+    the keyword arguments that fix its code or shapes, as sorted ``(name,
+    value)`` pairs. Everything else (the model's other keyword arguments,
+    data or statistics and priors among them, in ``data["kwargs"]``; start;
+    preconditioner) travels in the ``data`` pytree. ``layout`` lists the
+    ``(name, shape)`` of the unconstrained sites in ravel order.
     """
 
-    noise: str
-    k: int
-    identification: str
+    model: Callable
+    options: tuple
     layout: tuple
 
 
@@ -98,18 +105,12 @@ def _ravel(sites: dict) -> np.ndarray:
 
 
 def _model_kwargs(static: _Static, data: dict) -> dict:
-    return {
-        "n_components": static.k,
-        "prior": data["prior"],
-        "identification": static.identification,
-        "suff_stats": data["stats"],
-        "reparam": data["reparam"],
-    }
+    return {**dict(static.options), **data["kwargs"]}
 
 
 def _potential(static: _Static, data: dict, theta: dict) -> jax.Array:
     """The model's potential energy (negative log joint, Jacobians included) at ``theta``."""
-    return potential_energy(MODELS[static.noise], (), _model_kwargs(static, data), theta)
+    return potential_energy(static.model, (), _model_kwargs(static, data), theta)
 
 
 def _theta_of(static: _Static, data: dict, xi: jax.Array) -> dict:
@@ -133,7 +134,7 @@ def _unconstrained(static: _Static, data: dict, values: dict) -> dict:
     Compiled: run eagerly, the model's operations each compiled a small
     program of their own (about a hundred, 2 s in every new process).
     """
-    return unconstrain_fn(MODELS[static.noise], (), _model_kwargs(static, data), values)
+    return unconstrain_fn(static.model, (), _model_kwargs(static, data), values)
 
 
 def _sampler_potential(static: _Static, data: dict):
@@ -379,20 +380,98 @@ def _progress(total: int, progress_bar: bool | None):
     return tqdm(total=total, desc="NUTS", unit="it")
 
 
+# The sites of pPCA and FA that fit_nuts reads back (not the coordinates of W).
 _KEPT_SITES = ("W", "sigma", "psi", "mu", "alpha", "kappa")
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _constrained_draws(static: _Static, data: dict, xi: jax.Array) -> dict:
-    """The model's sites (``W``, noise, ``mu`` and prior extras) at each row of ``xi`` (m, p)."""
-    model = MODELS[static.noise]
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _constrained_draws(static: _Static, data: dict, xi: jax.Array, kept: tuple | None) -> dict:
+    """The model's sites named in ``kept`` (None: all, deterministic ones included) at each row of ``xi``."""
     kwargs = _model_kwargs(static, data)
 
     def one(x):
-        values = constrain_fn(model, (), kwargs, _theta_of(static, data, x), return_deterministic=True)
-        return {name: values[name] for name in _KEPT_SITES if name in values}
+        values = constrain_fn(static.model, (), kwargs, _theta_of(static, data, x), return_deterministic=True)
+        return {name: v for name, v in values.items() if kept is None or name in kept}
 
     return jax.lax.map(one, xi)
+
+
+def _sample(static: _Static, data: dict, run: tuple, key: jax.Array, init_scale: float, kept: tuple | None):
+    """Constrained draws (chain * draw, ...) and sampler statistics, chains started around the centre.
+
+    ``run`` is ``(num_warmup, num_samples, num_chains, chain_method,
+    target_accept_prob, dense_mass, progress_bar)``; each chain starts at
+    ``init_scale`` times a standard normal draw in the whitened coordinates
+    (1: a draw of the Laplace approximation).
+    """
+    num_warmup, num_samples, num_chains, chain_method, target_accept_prob, dense_mass, progress_bar = run
+    settings = (int(num_warmup), bool(dense_mass), float(target_accept_prob))
+    lengths = (int(num_warmup), int(num_samples))
+    size = data["centre"].size
+    normal, keys, chain_keys = _chain_seeds(key, num_chains, size)
+    start = (init_scale * np.asarray(normal), keys, chain_keys)
+    xi, extra = _run_chains(static, settings, data, start, lengths, chain_method, progress_bar)
+    sites = _constrained_draws(static, data, xi.reshape(-1, size), kept)
+    return jax.tree.map(np.asarray, sites), sample_statistics(extra)
+
+
+def sample_model(
+    model: Callable,
+    options: dict,
+    kwargs: dict,
+    start: dict,
+    *,
+    num_warmup: int = 500,
+    num_samples: int = 500,
+    num_chains: int = 4,
+    chain_method: str = "vectorized",
+    target_accept_prob: float = 0.9,
+    random_state: Any = None,
+    progress_bar: bool | None = None,
+) -> tuple[dict, dict]:
+    """Draw from the posterior of ``model(**options, **kwargs)`` with the runner of :func:`fit_nuts`.
+
+    For the models whose likelihood needs the rows (:func:`bayespca.models.robust_ppca`,
+    :func:`~bayespca.models.mixture_ppca`): Newton from ``start`` to the
+    mode, NUTS in the Laplace-whitened coordinates ``theta = theta_0 + S
+    xi`` there (``S S^T`` the inverse Hessian of the potential, eigenvalues
+    floored: :func:`laplace_factor`), each chain started at a draw of that
+    approximation. Compiled once per ``(model, options)`` and shapes: a fit
+    of new rows of the same shape reuses the programs.
+
+    Parameters
+    ----------
+    model : callable
+        A module-level NumPyro model function taking keyword arguments only.
+    options : dict
+        Its keyword arguments that fix code or shapes (hashable values:
+        ``n_components``, ``identification``, ``has_missing``, ...).
+    kwargs : dict
+        Its other keyword arguments, pytrees of arrays (``X``, ``prior``, ...).
+    start : dict
+        Constrained values of every latent site (e.g. the ML point).
+    num_warmup, num_samples, num_chains, chain_method, target_accept_prob, random_state, progress_bar
+        As in :func:`fit_nuts`.
+
+    Returns
+    -------
+    sites : dict of ndarray
+        Every sample and deterministic site, leading dims (chain, draw).
+    sample_stats : dict of ndarray (chain, draw)
+        As :func:`sample_statistics` makes them.
+    """
+    _check_options(num_warmup, num_samples, num_chains, chain_method, target_accept_prob, False)
+    options = tuple(sorted(options.items()))
+    data = {"kwargs": kwargs}
+    theta = _unconstrained(_Static(model, options, ()), data, start)
+    theta = {name: np.asarray(v, dtype=float) for name, v in sorted(theta.items())}
+    static = _Static(model, options, tuple((name, v.shape) for name, v in theta.items()))
+    data["centre"], hessian = _best_mode(static, data, [_ravel(theta)])
+    data["factor"] = laplace_factor(hessian)
+    run = (num_warmup, num_samples, num_chains, chain_method, target_accept_prob, False, progress_bar)
+    sites, stats = _sample(static, data, run, as_key(random_state), 1.0, None)
+    shape = (int(num_chains), int(num_samples))
+    return {name: v.reshape(*shape, *v.shape[1:]) for name, v in sites.items()}, stats
 
 
 def _rough_scales(start: dict, n: int, variances: np.ndarray) -> np.ndarray:
@@ -634,10 +713,11 @@ def fit_nuts(
     values = initial_values(identification, loadings, start_point, noise, n, row_scale)
     if reparam is not None:
         values["W_z"] = np.where(reparam.centred, reference_w / reparam.standard_error, values["W_z"])
-    data = {"prior": priors, "stats": stats, "reparam": reparam}
-    theta = _unconstrained(_Static(noise, k, identification, ()), data, values)
+    data = {"kwargs": {"prior": priors, "suff_stats": stats, "reparam": reparam}}
+    options = (("identification", identification), ("n_components", k))
+    theta = _unconstrained(_Static(MODELS[noise], options, ()), data, values)
     theta = {name: np.asarray(v, dtype=float) for name, v in sorted(theta.items())}
-    static = _Static(noise, k, identification, tuple((name, v.shape) for name, v in theta.items()))
+    static = _Static(MODELS[noise], options, tuple((name, v.shape) for name, v in theta.items()))
     centre = _ravel(theta)
     init_scale = 1.0
     if reparam is not None:
@@ -651,29 +731,22 @@ def fit_nuts(
         if raised is not None:
             w = np.asarray(canonical_loadings(raised).loadings) if identification == "polar" else reference_w
             other = initial_values(identification, loadings, raised._replace(loadings=w), noise, n, row_scale)
-            other = _unconstrained(_Static(noise, k, identification, ()), data, other)
+            other = _unconstrained(_Static(MODELS[noise], options, ()), data, other)
             starts.append(_ravel(jax.tree.map(np.asarray, other)))
         centre, hessian = _best_mode(static, data, starts)
         factor = laplace_factor(hessian)
     else:
         factor = _rough_scales(theta, n, prepared.variances / (1.0 if units is None else units**2))
     data["centre"], data["factor"] = centre, factor
-
-    normal, keys, chain_keys = _chain_seeds(key, num_chains, centre.size)
-    # Draws from the Laplace approximation at the mode (or a few rough posterior sds around the ML fit).
-    init = init_scale * np.asarray(normal)
-    settings = (int(num_warmup), bool(dense_mass), float(target_accept_prob))
-    lengths = (int(num_warmup), int(num_samples))
-    start = (init, keys, chain_keys)
-    xi, extra = _run_chains(static, settings, data, start, lengths, chain_method, progress_bar)
-    sites = jax.tree.map(np.asarray, _constrained_draws(static, data, xi.reshape(-1, centre.size)))
-    draws = _draws(sites, extra, identification, reference_w, start_point, noise, (num_chains, num_samples))
+    run = (num_warmup, num_samples, num_chains, chain_method, target_accept_prob, dense_mass, progress_bar)
+    sites, stats = _sample(static, data, run, key, init_scale, _KEPT_SITES)
+    draws = _draws(sites, stats, identification, reference_w, start_point, noise, (num_chains, num_samples))
     if units is not None:
         draws = draws.to_data_units(units)
     return _posterior_fit(draws, working_stats, n).to_data_units(prepared.scale, prepared.total_observed)
 
 
-def _draws(sites, extra, identification, reference_w, start_point, noise, shape) -> Draws:
+def _draws(sites, sample_stats, identification, reference_w, start_point, noise, shape) -> Draws:
     """Identified draws (chain, draw, ...) and sampler statistics, in working units."""
     w = sites["W"]
     d, k = w.shape[-2:]
@@ -690,7 +763,6 @@ def _draws(sites, extra, identification, reference_w, start_point, noise, shape)
         w = _identify(w, reference_w, identification, None if noise == "isotropic" else psi)
     if "alpha" in sites:
         prior_extra["alpha"] = sites["alpha"].reshape(*shape, k)
-    sample_stats = sample_statistics(extra)
     return Draws(
         w.reshape(*shape, d, k), np.array(psi).reshape(*shape, d), sites["mu"].reshape(*shape, d),
         identification, noise, sample_stats, start_point, prior_extra,

@@ -29,6 +29,7 @@ import numpy as np
 from bayespca.linalg import centred_scatter
 
 __all__ = [
+    "PATTERN_MULTIPLE",
     "MissingPatterns",
     "Prepared",
     "SufficientStatistics",
@@ -44,6 +45,10 @@ __all__ = [
     "stack_patterns",
     "sufficient_statistics",
 ]
+
+#: Missing patterns reach compiled code (NUTS, SVI) stacked, their count padded to a multiple of
+#: this: data sets with 1-8, 9-16, ... patterns share a compiled program.
+PATTERN_MULTIPLE = 8
 
 # Largest spread whose square (a variance) is a normal float64 with room for
 # sums over features: 2^505 ~ 1e152 (and 2^-505 ~ 1e-152 for the smallest).
@@ -89,13 +94,14 @@ def pooled_statistics(a: SufficientStatistics, b: SufficientStatistics) -> Suffi
     return SufficientStatistics(n, mean, a.scatter + b.scatter + np.outer(delta, delta) * (a.n * b.n / n))
 
 
-def columns_divided(stats: Any, factor: np.ndarray) -> Any:
-    """The statistics of the data with column ``j`` divided by ``factor[j]``.
+def columns_divided(stats: Any, factor: np.ndarray, shift: np.ndarray | None = None) -> Any:
+    """The statistics of the data with column ``j`` divided by ``factor[j]`` (after subtracting ``shift[j]``).
 
-    ``mean / f`` and ``scatter / (f f^T)`` for complete data
+    ``(mean - c) / f`` and ``scatter / (f f^T)`` for complete data
     (:class:`SufficientStatistics`) and for each missing pattern's observed
     block (:class:`MissingPatterns`, its rows too when it keeps them;
-    :class:`StackedPatterns`). Powers of two as factors divide exactly.
+    :class:`StackedPatterns`, whose padding stays 0). Powers of two as
+    factors divide exactly.
 
     Examples
     --------
@@ -105,15 +111,16 @@ def columns_divided(stats: Any, factor: np.ndarray) -> Any:
     ([2.0, 2.0], True)
     """
     factor = np.asarray(factor, dtype=float)
+    shift = np.zeros(factor.shape[-1]) if shift is None else np.asarray(shift, dtype=float)
     if isinstance(stats, SufficientStatistics):
-        return SufficientStatistics(
-            stats.n, np.asarray(stats.mean) / factor, np.asarray(stats.scatter) / np.outer(factor, factor)
-        )
+        mean = (np.asarray(stats.mean) - shift) / factor
+        return SufficientStatistics(stats.n, mean, np.asarray(stats.scatter) / np.outer(factor, factor))
     if isinstance(stats, StackedPatterns):
-        return stats._replace(mean=stats.mean / factor, scatter=stats.scatter / np.outer(factor, factor))
+        mean = np.where(stats.observed, (stats.mean - shift) / factor, 0.0)
+        return stats._replace(mean=mean, scatter=stats.scatter / np.outer(factor, factor))
     pairs = zip(stats.columns, stats.stats, strict=True)
-    parts = tuple(columns_divided(s, factor[cols]) for cols, s in pairs)
-    rows = None if stats.X is None else np.asarray(stats.X) / factor
+    parts = tuple(columns_divided(s, factor[cols], shift[cols]) for cols, s in pairs)
+    rows = None if stats.X is None else np.where(stats.observed, (np.asarray(stats.X) - shift) / factor, 0.0)
     return MissingPatterns(stats.columns, parts, stats.n_features, rows, stats.observed)
 
 

@@ -153,9 +153,46 @@ def test_svi_from_the_statistics_reaches_maximum_likelihood(estimator):
     _close(fit.get_covariance(), ml.get_covariance(), tol=1e-5)
 
 
-def test_svi_with_missing_values_brings_the_rows_with_a_warning():
+@pytest.mark.parametrize("estimator", [PPCA, FactorAnalysis])
+def test_svi_with_missing_values_from_the_pattern_statistics(estimator):
+    # 23 patterns of observed entries: SVI reads each pattern's reduced statistics and no
+    # rows come to the client. References: the in-memory fit (its patterns grouped from the
+    # rows by NumPy), and with flat priors the observed-data ML that EM reaches, within
+    # SVI's stopping rule (relative change of the mean loss < 1e-7).
     X = _factor_data(n=1003)
     X[np.random.default_rng(2).random(X.shape) < 0.1] = np.nan
+    chunked = da.from_array(X, chunks=(300, (2, 3)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit = estimator(2, method="svi", random_state=0).fit(chunked)
+        flat = estimator(2, method="svi", prior="flat", random_state=0).fit(chunked)
+    ref = estimator(2, method="svi", random_state=0).fit(X)
+    assert fit.log_likelihood_ == pytest.approx(ref.log_likelihood_, rel=1e-12)
+    _close(fit.get_covariance(), ref.get_covariance(), 1e-10)
+    em = estimator(2, method="em", tol=1e-12, max_iter=100_000).fit(X)
+    assert flat.log_likelihood_ == pytest.approx(em.log_likelihood_, rel=1e-7)
+
+
+def test_svi_minibatches_with_missing_values_drawn_on_the_workers():
+    # Minibatches with NaN entries come from rows sampled chunk by chunk (20,000 of the
+    # 40,000, likelihood scaled by n / 20,000): no rows travel whole, and the fit's
+    # observed-data log-likelihood is within the in-memory minibatch tolerance (1e-3) of
+    # the ML that EM reaches.
+    rng = np.random.default_rng(6)
+    n, d = 40_000, 6
+    X = rng.normal(size=(n, 1)) @ rng.normal(size=(1, d)) + 0.5 * rng.normal(size=(n, d)) + 3
+    X[rng.random(X.shape) < 0.1] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit = PPCA(1, method="svi", guide="normal", prior="flat", batch_size=200, max_iter=3000,
+                   random_state=0).fit(da.from_array(X, chunks=(15_000, d)))
+    ml = PPCA(1, method="em").fit(X).log_likelihood_
+    assert abs(fit.log_likelihood_ - ml) / abs(ml) < 1e-3
+
+
+def test_svi_with_more_than_64_missing_patterns_brings_the_rows_with_a_warning():
+    X = _factor_data(n=1003, d=8)
+    X[np.random.default_rng(2).random(X.shape) < 0.3] = np.nan
     with pytest.warns(UserWarning, match="SVI with missing values needs all rows in memory"):
         fit = PPCA(2, method="svi", random_state=0).fit(da.from_array(X, chunks=300))
     assert fit.log_likelihood_ == pytest.approx(PPCA(2, method="svi", random_state=0)

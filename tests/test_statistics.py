@@ -9,6 +9,7 @@ from bayespca.statistics import (
     missing_patterns,
     power_of_two_scale,
     prepare,
+    stack_patterns,
     sufficient_statistics,
 )
 
@@ -101,18 +102,24 @@ def test_statistics_from_data_units_equal_those_of_the_working_units_bit_for_bit
     np.testing.assert_array_equal(p.stats.scatter, centred_scatter(working, mean))
 
 
+@pytest.mark.parametrize("shift", [None, np.array([0.3, -4.0, 0.05, 1.5])])
 @pytest.mark.parametrize("max_patterns", [64, 1])
-def test_columns_divided_are_the_statistics_of_the_divided_data(max_patterns):
+def test_columns_divided_are_the_statistics_of_the_divided_data(max_patterns, shift):
     rng = np.random.default_rng(3)
     X = rng.normal(size=(60, 4)) * [1.0, 10.0, 0.1, 3.0]
     X[rng.random(X.shape) < 0.2] = np.nan
     factor = np.array([0.5, 8.0, 0.125, 2.0])
-    got = columns_divided(missing_patterns(X, max_patterns), factor)
-    want = missing_patterns(X / factor, max_patterns)
+    got = columns_divided(missing_patterns(X, max_patterns), factor, shift)
+    want = missing_patterns((X - (0.0 if shift is None else shift)) / factor, max_patterns)
     assert [c.tolist() for c in got.columns] == [c.tolist() for c in want.columns]
     for a, b in zip(got.stats, want.stats, strict=True):
-        np.testing.assert_allclose(a.mean, b.mean, rtol=1e-12)
+        np.testing.assert_allclose(a.mean, b.mean, rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-12, atol=1e-12 * np.abs(b.scatter).max())
     if max_patterns == 1:  # the rows are kept instead of groups
-        np.testing.assert_array_equal(got.X, want.X)
+        np.testing.assert_allclose(got.X, want.X, rtol=1e-15, atol=1e-15)
         np.testing.assert_array_equal(got.observed, want.observed)
+    else:  # stacked: the same statistics, the padding left at 0
+        stacked = columns_divided(stack_patterns(missing_patterns(X), multiple=8), factor, shift)
+        expected = stack_patterns(want, multiple=8)
+        np.testing.assert_allclose(stacked.mean, expected.mean, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(stacked.scatter, expected.scatter, rtol=1e-12, atol=1e-12)

@@ -63,7 +63,7 @@ from bayespca.gaussian import LowRankGaussian, canonical_loadings
 from bayespca.inference.contract import Draws, Fit, ModelSpec
 from bayespca.models import MODELS, identification_for, initial_values, marginal_log_likelihood
 from bayespca.params import as_key, check_bool, check_choice, check_number
-from bayespca.statistics import Prepared, columns_divided, stack_patterns
+from bayespca.statistics import PATTERN_MULTIPLE, Prepared, columns_divided, stack_patterns
 
 __all__ = ["CHAIN_METHODS", "align_signs", "fit_nuts", "laplace_factor", "sample_model", "sample_statistics"]
 
@@ -547,17 +547,12 @@ def sample_statistics(extra: dict) -> dict:
     }
 
 
-# Missing patterns reach the sampler stacked, their count padded to a multiple of this: data sets
-# with 1-8, 9-16, ... patterns share a compiled sampler.
-_PATTERN_MULTIPLE = 8
-
-
 def _sampler_statistics(prepared: Prepared) -> Any:
     """The statistics the potential reads: complete, rows (many patterns), or patterns stacked."""
     if prepared.missing is None:
         return prepared.stats
     patterns = prepared.patterns
-    return patterns if patterns.X is not None else stack_patterns(patterns, _PATTERN_MULTIPLE)
+    return patterns if patterns.X is not None else stack_patterns(patterns, PATTERN_MULTIPLE)
 
 
 def _sampling_units(noise: str, d: int, priors: prior_classes.Priors, stats: Any):

@@ -33,9 +33,10 @@ tens of thousands of costly ones:
    oscillates at the scale of the step), which is what stalls a naive SVI
    fit at a relative log-likelihood gap of 1e-5 to 1e-4.
 4. *Sufficient statistics.* Complete data over all rows enter the
-   likelihood only through ``(n, mean, scatter)``, so such fits use the
-   model's ``suff_stats`` form: O(d^2 k) per step, whatever n. Minibatches
-   and missing values use the per-row density.
+   likelihood only through ``(n, mean, scatter)``, and data with missing
+   values in at most 64 patterns through each pattern's; such fits use the
+   model's ``suff_stats`` form: O(d^2 k) per step and pattern, whatever n.
+   Minibatches (and more patterns) use the per-row density.
 
 Stochastic objectives (Normal guides, minibatches) are judged on longer
 windows and summarised by their averaged iterates (Polyak-Ruppert), which
@@ -67,9 +68,16 @@ from bayespca.chunked import in_memory, is_chunked, sample_rows
 from bayespca.gaussian import LowRankGaussian, canonical_loadings, log_likelihood_from_stats, log_prob
 from bayespca.inference.contract import Draws, Fit, ModelSpec
 from bayespca.linalg import centred_scatter
-from bayespca.models import MODELS
+from bayespca.models import MODELS, marginal_log_likelihood
 from bayespca.params import as_generator, as_key, check_choice, check_number
-from bayespca.statistics import Prepared, SufficientStatistics
+from bayespca.statistics import (
+    PATTERN_MULTIPLE,
+    MissingPatterns,
+    Prepared,
+    SufficientStatistics,
+    columns_divided,
+    stack_patterns,
+)
 
 __all__ = ["SVIResult", "fit_svi"]
 
@@ -359,7 +367,7 @@ def fit_svi(
     if isinstance(given.loadings, prior_classes.Horseshoe):
         given.loadings.check(d)
     per_feature = noise == "diagonal" and isinstance(given.loadings, _PER_FEATURE)
-    data = _standardised_data(prepared, per_feature)
+    data = _standardised_data(prepared, per_feature, minibatches=batch_size is not None)
     shift, scale, from_statistics = data.shift, data.scale, data.rows is None
     scales = data.scales
     data_priors = prior_classes.resolve(given, noise, scales)
@@ -410,7 +418,7 @@ def fit_svi(
     key = as_key(rng)
     # Complete data over all rows enter the likelihood only through
     # (n, mean, scatter): one step then costs O(d^2 k), whatever n.
-    use_stats = batch_size is None and not has_missing
+    use_stats = batch_size is None and (not has_missing or from_statistics)
     if use_stats:
         stats = data.stats if from_statistics else SufficientStatistics(
             np.float64(n), data.rows.mean(axis=0), centred_scatter(data.rows, data.rows.mean(0))
@@ -538,18 +546,25 @@ class _Data(NamedTuple):
     log_likelihood: Any  # LowRankGaussian in data units -> total log-likelihood
 
 
-def _standardised_data(prepared: Prepared, per_feature: bool) -> _Data:
-    """The data standardised once, from the rows or, for complete Dask data, from the statistics.
+def _standardised_data(prepared: Prepared, per_feature: bool, minibatches: bool) -> _Data:
+    """The data standardised once, from the rows or from the statistics.
 
     ``per_feature``: each column divided by its own sd, else all by their
     root mean variance.
 
     Complete Dask data stay on the workers (their reduced statistics here;
-    minibatches are drawn by :class:`_RowSample`); other Dask input comes to
-    the client (:func:`bayespca.chunked.in_memory` warns, and refuses above
-    its limit).
+    minibatches are drawn by :class:`_RowSample`), and so do Dask data with
+    missing values in at most 64 patterns (their per-pattern statistics).
+    Missing values in grouped patterns are fitted from those statistics
+    whenever no minibatches are asked for. Other Dask input comes to the
+    client (:func:`bayespca.chunked.in_memory` warns, and refuses above its
+    limit).
     """
     n, d, missing = prepared.n, prepared.d, prepared.missing
+    if missing is not None and (is_chunked(prepared.X) or not minibatches):
+        patterns = prepared.patterns
+        if patterns.X is None:
+            return _standardised_patterns(prepared, patterns, per_feature)
     if is_chunked(prepared.X) and missing is None:
         stats, s = prepared.stats, prepared.scale  # exact to data units: s is a power of two
         mean, scatter = np.asarray(stats.mean) * s, np.asarray(stats.scatter) * s**2
@@ -572,6 +587,23 @@ def _standardised_data(prepared: Prepared, per_feature: bool) -> _Data:
     return _Data(shift, scale, counts, _spectrum_of_rows(xs, observed), prior_classes.data_scales(X=arr),
                  np.where(nan, np.nan, xs), None,
                  lambda g: float(np.sum(log_prob(g, np.where(nan, 0.0, arr), observed))))
+
+
+def _standardised_patterns(prepared: Prepared, patterns: MissingPatterns, per_feature: bool) -> _Data:
+    """:class:`_Data` from the statistics of each pattern of observed entries (no rows)."""
+    n, d, s = prepared.n, prepared.d, prepared.scale
+    shift = np.asarray(prepared.mean) * s
+    scale = _scale(np.asarray(prepared.variances) * s**2, per_feature)
+    in_data = columns_divided(patterns, np.full(d, 1.0 / s))  # exact: s is a power of two
+    unit = np.broadcast_to(scale, (d,))
+    std = stack_patterns(columns_divided(in_data, unit, shift), multiple=PATTERN_MULTIPLE)
+    # The mean-filled rows' (x - shift) / scale, 0 where missing: their 1/n covariance from the patterns.
+    filled = std.scatter.sum(axis=0) + np.einsum("p,pi,pj->ij", std.n, std.mean, std.mean)
+    spectrum = _spectrum_of_statistics(SufficientStatistics(n, np.zeros(d), filled))
+    scales = prior_classes.data_scales(suff_stats=in_data, n_features=d)
+    counts = np.einsum("p,pj->j", std.n, std.observed)  # observed entries per column
+    return _Data(shift, scale, counts, spectrum, scales, None, std,
+                 lambda g: float(marginal_log_likelihood(g, in_data)))
 
 
 def _scale(variances: np.ndarray, per_feature: bool) -> float | np.ndarray:

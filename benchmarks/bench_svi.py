@@ -21,7 +21,14 @@ SVI fit of the same model, run in the same process on the same data:
 Both sides run with one BLAS thread (see the note in ``bayespca.inference.svi``).
 Timings are medians over repeats; ratios are naive / bayespca.
 
-Run: ``PYTHONPATH=. python benchmarks/bench_svi.py [--quick]``
+``--real`` runs instead the real-data table: ``PPCA`` and ``FactorAnalysis``
+(k = 2) by SVI (delta guide, flat priors) on scikit-learn's iris, wine,
+diabetes and breast cancer, raw and standardised, complete and with 5% of
+the entries missing at random (seed 0): the relative gap of the
+log-likelihood to EM's maximum likelihood (the baseline, same process;
+negative when SVI ends higher), steps, and the time of each (warm).
+
+Run: ``PYTHONPATH=. python benchmarks/bench_svi.py [--quick | --real]``
 """
 
 from __future__ import annotations
@@ -139,10 +146,49 @@ def fmt_time(t):
     return "   never" if t is None else f"{t:8.3f}"
 
 
+def real_data():
+    """SVI against EM's maximum likelihood on scikit-learn's data sets (see the module docstring)."""
+    import warnings
+
+    from sklearn import datasets
+
+    from bayespca import PPCA, FactorAnalysis
+
+    loaders = {"iris": datasets.load_iris, "wine": datasets.load_wine,
+               "diabetes": lambda: datasets.load_diabetes(scaled=False),
+               "breast_cancer": datasets.load_breast_cancer}
+    print(f"{'data':<14} {'scale':<5} {'missing':>7} {'model':<15} {'gap to EM':>10} {'steps':>6} "
+          f"{'SVI s':>6} {'EM s':>6}")
+    for name, load in loaders.items():
+        raw = load().data
+        for scaling, X0 in (("raw", raw), ("std", (raw - raw.mean(0)) / raw.std(0))):
+            for share in (0.0, 0.05):
+                X = np.where(np.random.default_rng(0).random(X0.shape) < share, np.nan, X0)
+                for estimator in (PPCA, FactorAnalysis):
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        estimator(2, method="svi", prior="flat", random_state=0).fit(X)  # compiles
+                        t_em, em = timed(estimator(2, method="em").fit, X)
+                        t_svi, svi = timed(estimator(2, method="svi", prior="flat", random_state=0).fit, X)
+                    gap = (em.log_likelihood_ - svi.log_likelihood_) / abs(em.log_likelihood_)
+                    print(f"{name:<14} {scaling:<5} {share:>7.2f} {estimator.__name__:<15} {gap:>10.1e} "
+                          f"{svi.n_iter_:>6} {t_svi:>6.2f} {t_em:>6.2f}", flush=True)
+
+
+def timed(fit, X):
+    start = time.perf_counter()
+    out = fit(X)
+    return time.perf_counter() - start, out
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="one repeat, small caps")
+    parser.add_argument("--real", action="store_true", help="the real-data table instead")
     args = parser.parse_args()
+    if args.real:
+        real_data()
+        return
     repeats = 1 if args.quick else 3
     cases = [(1000, 20, 3, 20000, 60.0), (100000, 20, 3, 3000, 60.0)]
     print(f"jax {jax.__version__}, numpyro {numpyro.__version__}; target gap {TARGET:g}")

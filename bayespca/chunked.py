@@ -46,6 +46,7 @@ from bayespca.statistics import (
     Prepared,
     SufficientStatistics,
     check_representable,
+    power_of_two_above,
 )
 
 __all__ = [
@@ -318,7 +319,7 @@ def _rough_centre(block: np.ndarray) -> tuple[np.ndarray, float]:
         step = np.exp2(np.floor(np.log2(size)))
         centre = np.round(mean / step) * step
     top = float(np.abs(np.where(ok, block, 0.0)).max(initial=0.0))
-    unit = math.ldexp(1.0, math.frexp(top)[1]) if top > 0 else 1.0
+    unit = power_of_two_above(top)
     return np.where(np.isfinite(centre), centre, 0.0), unit
 
 
@@ -446,7 +447,7 @@ def prepare_chunked(
     ext, mom, centre, rough_unit = _first_pass(arr, scatter)
     keys = _check_extent(ext, d, allow_nan, min_samples, target)
     top = float(ext.col_max.max())
-    unit = math.ldexp(1.0, math.frexp(top)[1]) if top > 0 else 1.0
+    unit = power_of_two_above(top)
     mom = _in_unit(mom, rough_unit / unit) if keys is None else None
     few = keys is not None and len(keys) <= _MAX_PATTERNS
     if mom is None:  # missing values, or the rough centre too far from the mean: a pass about the mean

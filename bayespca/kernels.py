@@ -41,6 +41,7 @@ import scipy.sparse
 import scipy.spatial.distance
 
 from bayespca.params import as_generator, check_number
+from bayespca.statistics import power_of_two_above
 
 __all__ = ["KERNELS", "FourierMap", "Kernel", "NystroemMap"]
 
@@ -239,7 +240,7 @@ def _rbf(X, Y, gamma, symmetric):
     lo, hi = both.min(axis=0), both.max(axis=0)
     centre = lo / 2 + hi / 2  # no overflow, unlike (lo + hi) / 2
     half = float(np.max(hi / 2 - lo / 2, initial=0.0))
-    unit = math.ldexp(1.0, min(math.frexp(half)[1], 1023)) if half > 0 else 1.0
+    unit = power_of_two_above(half)
     Xu = (X - centre) / unit
     Yu = Xu if symmetric else (Y - centre) / unit
     factor = gamma * unit * unit

@@ -53,7 +53,6 @@ problem. Psychometrika 31, 1-10.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -63,6 +62,7 @@ from sklearn.exceptions import ConvergenceWarning
 from bayespca.data import as_float_matrix
 from bayespca.messages import warn
 from bayespca.params import check_bool, check_choice, check_number
+from bayespca.statistics import power_of_two_above
 
 __all__ = ["ROTATIONS", "Rotation", "procrustes", "rotate"]
 
@@ -476,5 +476,4 @@ def procrustes(source: Any, target: Any) -> tuple[np.ndarray, np.ndarray]:
 
 def _power_of_two(arr: np.ndarray) -> float:
     """A power of two at or above the largest ``|entry|`` (1 for zeros)."""
-    top = float(np.abs(arr).max(initial=0.0))
-    return math.ldexp(1.0, math.frexp(top)[1]) if top > 0 else 1.0
+    return power_of_two_above(np.abs(arr).max(initial=0.0))

@@ -79,7 +79,7 @@ from scipy import integrate, optimize, special
 
 from bayespca.linalg import decompose
 from bayespca.params import check_bool, check_choice, check_number
-from bayespca.statistics import prepare
+from bayespca.statistics import power_of_two_above, prepare
 
 __all__ = [
     "METHODS",
@@ -424,7 +424,7 @@ def select_from_singular_values(
     d = check_number(n_features, "n_features", integer=True, low=1)
     s = _check_singular_values(singular_values, n, d)
     _check_options(method, threshold, noise_std, tau)
-    unit = math.ldexp(1.0, math.frexp(s[0])[1]) if s[0] > 0 else 1.0
+    unit = power_of_two_above(s[0])
     working = _rule(s / unit, n, d, method, threshold,
                     None if noise_std is None else noise_std / unit,
                     None if tau is None else tau / unit / unit)

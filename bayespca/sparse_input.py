@@ -142,11 +142,11 @@ def sparse_working_units(
     entries (dividing by it is exact); the data stay uncentred (centring
     would fill in the zeros). Data in the safe band come back as they are.
     """
-    from bayespca.statistics import check_representable
+    from bayespca.statistics import check_representable, power_of_two_above
 
     if top == 0.0 or (safe_log2 is not None and 2.0**-safe_log2 <= top <= 2.0**safe_log2):
         return X, 1.0, mean
-    coarse = math.ldexp(1.0, math.frexp(top)[1])
+    coarse = power_of_two_above(top)
     unit_x, unit_mean = X / coarse, mean / coarse
     rms = math.sqrt(float(_centred_sum_squares(unit_x, unit_mean).sum()) / (X.shape[0] * X.shape[1]))
     unit = coarse if rms == 0.0 else math.ldexp(coarse, round(math.log2(rms)))

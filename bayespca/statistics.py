@@ -38,6 +38,7 @@ __all__ = [
     "log_scale_correction",
     "missing_patterns",
     "pooled_statistics",
+    "power_of_two_above",
     "power_of_two_scale",
     "prepare",
     "scatter_spectrum",
@@ -308,6 +309,21 @@ def scatter_spectrum(stats: SufficientStatistics, n_components: int | None = Non
     return SVD(np.sqrt(evals[:r]), components, None, total_ss)
 
 
+def power_of_two_above(top: float) -> float:
+    """The smallest power of two above ``|top|`` (at most ``2^1023``, the largest finite one); 1 for 0.
+
+    Dividing by it is exact and brings ``|top|`` into ``[0.5, 1)``: the
+    coarse unit every working-unit computation starts from.
+
+    Examples
+    --------
+    >>> power_of_two_above(3.0), power_of_two_above(4.0), power_of_two_above(0.0)
+    (4.0, 8.0, 1.0)
+    """
+    top = abs(float(top))
+    return math.ldexp(1.0, min(math.frexp(top)[1], 1023)) if top > 0 else 1.0
+
+
 def power_of_two_scale(X: np.ndarray, observed: np.ndarray | None = None) -> float:
     """A power of two near the root mean square of the centred (observed) entries of ``X``.
 
@@ -324,7 +340,7 @@ def power_of_two_scale(X: np.ndarray, observed: np.ndarray | None = None) -> flo
     top = float(np.max(np.abs(values))) if values.size else 0.0
     if top == 0.0:
         return 1.0
-    coarse = math.ldexp(1.0, math.frexp(top)[1])
+    coarse = power_of_two_above(top)
     counts = X.shape[0] if observed is None else np.maximum(observed.sum(axis=0), 1)
     centred = X / coarse if observed is None else np.where(observed, X / coarse, 0.0)
     # Centred twice (in place: one copy of X in all): the rounding of one pass's mean would read as

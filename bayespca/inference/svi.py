@@ -3,7 +3,7 @@
 :func:`fit_svi` fits the *marginal* model of :mod:`bayespca.models`
 (z integrated out) with NumPyro's SVI and one of three guides:
 
-* ``"delta"`` (``AutoDelta``): a point, the MAP; with ``priors="flat"`` the
+* ``"delta"`` (``AutoDelta``): a point, the MAP; with ``prior="flat"`` the
   maximum-likelihood estimate;
 * ``"normal"`` (``AutoNormal``): an independent Normal per parameter, in
   the unconstrained space;
@@ -333,7 +333,7 @@ def fit_svi(
     MAP under the default priors is not the maximum-likelihood point: the
     priors pull ``W`` towards 0 by an amount of relative order ``1/n``, which
     lowers the log-likelihood by O(number of parameters / n) nats (a relative
-    1.6e-6 at n = 1000, d = 20, k = 3); use ``priors="flat"`` to fit the
+    1.6e-6 at n = 1000, d = 20, k = 3); use ``prior="flat"`` to fit the
     likelihood exactly.
 
     The compiled optimisation loop is cached for the last few problem

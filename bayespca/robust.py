@@ -333,14 +333,19 @@ def _model_arguments(spec: ModelSpec, nu: float | None, prepared: Prepared) -> t
 
 
 def _nu_prior(prior: Any):
-    """Flat on ``nu > 0`` with ``prior="flat"`` (the MAP is then the maximum likelihood); else None."""
+    """Uniform on :data:`NU_BOUNDS` with ``prior="flat"``; else None (the model's default).
+
+    The MAP is then the maximum likelihood over the range EM searches. A
+    flat prior on all of ``nu > 0`` leaves the posterior improper: the t
+    likelihood tends to the Gaussian one as ``nu`` grows, so its integral
+    diverges, and on near-Gaussian rows NUTS chains drifted to ``nu ~ 1e76``.
+    """
     from bayespca.priors import is_named
 
     if is_named(prior, "flat"):
         import numpyro.distributions as dist
-        from numpyro.distributions import constraints
 
-        return dist.ImproperUniform(constraints.positive, (), ())
+        return dist.Uniform(*NU_BOUNDS)
     return None
 
 
@@ -533,7 +538,7 @@ class RobustPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     nu : float or None, default=None
         Degrees of freedom: None estimates them (EM: maximum likelihood within
         :data:`NU_BOUNDS`; SVI and NUTS: ``nu ~ Gamma(2, 0.1)`` as in Juarez &
-        Steel 2010, flat with ``prior="flat"``); a positive float (``inf``
+        Steel 2010, uniform on :data:`NU_BOUNDS` with ``prior="flat"``); a positive float (``inf``
         included) fixes them.
     method : {"em", "svi", "nuts"}, default="em"
         ECME (complete data), SVI with a delta guide (MAP) or NUTS on the

@@ -15,7 +15,7 @@ from bayespca.comparison import ParetoKWarning
 from bayespca.gaussian import LowRankGaussian
 from bayespca.models import robust_ppca
 from bayespca.posterior import SamplingWarning
-from bayespca.robust import RobustPPCA, expected_scale, student_t_log_prob
+from bayespca.robust import NU_BOUNDS, RobustPPCA, expected_scale, student_t_log_prob
 
 
 def _t_data(n=300, d=5, nu=4.0, seed=1):
@@ -156,6 +156,24 @@ def test_nuts_on_new_rows_of_the_same_shape_compiles_nothing(t_fits, backend_com
     em = RobustPPCA(1).fit(X)
     nu = fit.nuts_.extra["nu"].ravel()
     assert abs(nu.mean() - em.nu_) < 2 * nu.std()
+
+
+def test_flat_prior_keeps_the_posterior_of_nu_proper():
+    # On Gaussian rows the t likelihood keeps growing towards its Gaussian limit as nu -> inf, so a flat
+    # prior on all of nu > 0 has no posterior: chains drifted to nu ~ 1e76, every transition divergent.
+    # prior="flat" is uniform on the range EM searches, NU_BOUNDS.
+    rng = np.random.default_rng(0)
+    X = 2.0 * rng.normal(size=(300, 1)) @ rng.normal(size=(1, 5)) + 0.5 * rng.normal(size=(300, 5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)  # short chains
+        fit = RobustPPCA(1, method="nuts", prior="flat", num_warmup=300, num_samples=400, num_chains=2,
+                         random_state=0).fit(X)
+    nu = fit.nuts_.extra["nu"]
+    assert not fit.nuts_.sample_stats["diverging"].any()
+    assert np.all((NU_BOUNDS[0] <= nu) & (nu <= NU_BOUNDS[1]))
+    # EM's maximum sits at the upper bound here; the posterior leans the same way.
+    assert RobustPPCA(1).fit(X).nu_ == pytest.approx(NU_BOUNDS[1], rel=1e-3)
+    assert np.median(nu) > 100
 
 
 def test_loo_prefers_the_t_model_on_heavy_tailed_rows(t_fits):

@@ -68,6 +68,10 @@ def test_notebook_is_stored_executed_and_current(path):
     # No absolute path of this machine in what a visitor reads (e.g. a warning's source file).
     text = "".join(o.get("text", "") for cell in code for o in cell.outputs if o.output_type == "stream")
     assert str(ROOT) not in text and "site-packages" not in text, f"{path.name} shows a local path"
+    # No stored widget (a progress bar): without its state a reader sees only its first text, "0%".
+    widgets = [o for cell in code for o in cell.outputs
+               if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert not widgets, f"{path.name} stores {len(widgets)} widget outputs: run `make notebooks`"
 
 
 def test_code_hash_sees_code_not_markdown():

@@ -10,7 +10,8 @@ and in the documentation are those of the small mode. The notebook is then
 written back with
 
 - its outputs, without execution timestamps (a rerun changes only what the
-  code printed), and
+  code printed) and without the progress bars' widgets (a stored widget
+  shows only its text at creation, "0%", and has no state to render), and
 - ``metadata["bayespca"] = {"code_sha256": ..., "small": true}``, the hash
   of its code cells (:func:`code_hash`), which tests/test_notebooks.py
   compares with the code as it is now: a notebook whose code was edited
@@ -45,6 +46,14 @@ def code_hash(nb) -> str:
     return hashlib.sha256(json.dumps(sources).encode()).hexdigest()
 
 
+def drop_widgets(nb) -> None:
+    """Remove the outputs that display widgets (the progress bars), in place."""
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [out for out in cell.outputs
+                            if "application/vnd.jupyter.widget-view+json" not in out.get("data", {})]
+
+
 def kernel_folder(folder: Path) -> Path:
     """Write a kernelspec for this interpreter under ``folder``; return the folder for JUPYTER_PATH."""
     spec = folder / "kernels" / KERNEL
@@ -66,6 +75,7 @@ def execute(path: Path) -> None:
         resources={"metadata": {"path": str(path.parent)}},
     )
     client.execute()
+    drop_widgets(nb)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
     nb.metadata["bayespca"] = {"code_sha256": code_hash(nb), "small": True}

@@ -21,7 +21,9 @@ from bayespca import gaussian
 from bayespca.chunked import is_chunked, rowwise
 from bayespca.data import as_float_matrix, check_is_fitted, finite_result, validate_transform
 from bayespca.gaussian import LatentPosterior, LowRankGaussian
+from bayespca.inference.closed_form import ppca_closed_form
 from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
+from bayespca.inference.em import fit_em
 from bayespca.messages import warn
 from bayespca.params import as_generator, as_key, check_bool, check_choice, check_number, check_seed
 from bayespca.sparse_input import is_sparse, map_row_blocks
@@ -38,14 +40,15 @@ _MAX_POINTWISE = 20_000_000
 
 
 def _fitter(method: str):
-    """The fitter of a method (imported on first use: SVI and NUTS need NumPyro)."""
-    if method == "closed_form":
-        from bayespca.inference.closed_form import ppca_closed_form
+    """The fitter of a method (SVI and NUTS imported on first use: they need NumPyro).
 
+    The maximum-likelihood fitters are imported with this module, as
+    scikit-learn's estimators are: imported at the first fit, they cost
+    2-3 ms, as much as a small fit itself.
+    """
+    if method == "closed_form":
         return ppca_closed_form
     if method == "em":
-        from bayespca.inference.em import fit_em
-
         return fit_em
     if method == "svi":
         from bayespca.inference.svi import fit_svi

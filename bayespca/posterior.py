@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from bayespca.gaussian import LowRankGaussian, log_prob, sample
+from bayespca.gaussian import LatentPosterior, LowRankGaussian, latent_posterior, log_prob, sample
 from bayespca.inference.contract import Draws
 from bayespca.messages import warn
 from bayespca.params import as_generator
@@ -22,8 +24,10 @@ from bayespca.params import as_generator
 __all__ = [
     "SamplingWarning",
     "diagnose",
+    "latent_moments",
     "pointwise_log_likelihood",
     "posterior_variables",
+    "sample_latent",
     "to_datatree",
 ]
 
@@ -42,6 +46,103 @@ def pointwise_log_likelihood(draws: Draws, X: np.ndarray) -> np.ndarray:
     draws_g = zip(*draws.gaussians(), strict=True)
     out = np.stack([log_prob(LowRankGaussian(*g), values, mask) for g in draws_g])
     return out.reshape(*draws.loadings.shape[:2], arr.shape[0])
+
+
+def _one_posterior(g, X, observed):
+    post = latent_posterior(g, X, observed)
+    cov = (
+        post.covariance
+        if observed is not None
+        else jnp.broadcast_to(post.covariance, (X.shape[0], *post.covariance.shape))
+    )
+    return post.mean, cov
+
+
+@jax.jit
+def _mixture_moments(draws, X, observed):
+    def add(carry, g):
+        mean, cov = _one_posterior(LowRankGaussian(*g), X, observed)
+        return (carry[0] + mean, carry[1] + cov + mean[:, :, None] * mean[:, None, :]), None
+
+    n, k = X.shape[0], draws.loadings.shape[-1]
+    zero = (jnp.zeros((n, k)), jnp.zeros((n, k, k)))
+    (first, second), _ = jax.lax.scan(add, zero, tuple(draws))
+    m = draws.loadings.shape[0]
+    mean = first / m
+    return mean, second / m - mean[:, :, None] * mean[:, None, :]
+
+
+def latent_moments(draws: LowRankGaussian, X: np.ndarray, observed: np.ndarray | None) -> LatentPosterior:
+    """Mean and covariance of each ``z_i`` under the posterior: ``E_theta`` of the per-draw moments.
+
+    ``E[z] = E_theta[m_theta]``, ``Cov[z] = E_theta[C_theta + m m^T] - E[z] E[z]^T``,
+    with ``m_theta``, ``C_theta`` the latent posterior of row ``i`` given the
+    draw ``theta`` (:func:`bayespca.gaussian.latent_posterior`).
+
+    Parameters
+    ----------
+    draws : LowRankGaussian
+        ``m`` draws of ``(W, Psi, mu)`` stacked: shapes (m, d, k), (m, d), (m, d).
+    X : ndarray of shape (n, d)
+        Rows, with zeros (not NaN) where ``observed`` is False.
+    observed : ndarray of bool, shape (n, d), or None
+
+    Returns
+    -------
+    LatentPosterior
+        ``mean`` (n, k) and ``covariance`` (n, k, k).
+
+    Examples
+    --------
+    One draw: the moments are that draw's latent posterior.
+
+    >>> g = LowRankGaussian(np.array([[[1.0], [2.0]]]), np.array([[0.5, 0.5]]), np.zeros((1, 2)))
+    >>> post = latent_moments(g, np.array([[1.0, 2.0]]), None)
+    >>> bool(np.allclose(post.covariance[0], 1 / (1 + 5 / 0.5)))
+    True
+    """
+    mean, cov = _mixture_moments(draws, jnp.asarray(X), observed)
+    return LatentPosterior(np.asarray(mean), np.asarray(cov))
+
+
+@jax.jit
+def _sample_latent(draws, X, observed, key):
+    keys = jax.random.split(key, draws.loadings.shape[0])
+
+    def one(g, key):
+        mean, cov = _one_posterior(LowRankGaussian(*g), X, observed)
+        eps = jax.random.normal(key, mean.shape)
+        return mean + jnp.einsum("nij,nj->ni", jnp.linalg.cholesky(cov), eps)
+
+    return jax.lax.map(lambda a: one(a[0], a[1]), (tuple(draws), keys))
+
+
+def sample_latent(
+    draws: LowRankGaussian, X: np.ndarray, observed: np.ndarray | None, key: jax.Array
+) -> np.ndarray:
+    """One draw of each ``z_i`` per posterior draw: ``z ~ N(m_theta, C_theta)``, shape (m, n, k).
+
+    Parameters
+    ----------
+    draws : LowRankGaussian
+        ``m`` draws of ``(W, Psi, mu)`` stacked, as for :func:`latent_moments`.
+    X : ndarray of shape (n, d)
+        Rows, zeros where ``observed`` is False.
+    observed : ndarray of bool, shape (n, d), or None
+    key : jax.Array
+        A JAX random key.
+
+    Returns
+    -------
+    ndarray of shape (m, n, k)
+
+    Examples
+    --------
+    >>> g = LowRankGaussian(np.ones((3, 2, 1)), np.full((3, 2), 0.5), np.zeros((3, 2)))
+    >>> sample_latent(g, np.array([[1.0, 1.0]]), None, jax.random.key(0)).shape
+    (3, 1, 1)
+    """
+    return np.asarray(_sample_latent(draws, X, observed, key))
 
 
 def posterior_variables(draws: Draws) -> dict:

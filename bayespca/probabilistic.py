@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import numbers
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
@@ -385,7 +383,9 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         X, missing = validate_transform(self, X, allow_nan=True)
         observed = None if missing is None else ~missing
         if getattr(self, "nuts_", None) is not None:
-            post = _posterior_mixture_moments(self._draws(), np.nan_to_num(X), observed)
+            from bayespca.posterior import latent_moments  # JAX: loaded with the first Bayesian fit
+
+            post = latent_moments(self._draws(), np.nan_to_num(X), observed)
         elif missing is None:
             post = gaussian.latent_posterior(self.gaussian_, X)
         else:
@@ -420,7 +420,9 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         rng = np.random.default_rng(random_state)
         draws = self._draws(int(num_samples), rng)
         key = as_key(rng)
-        z = np.asarray(_sample_latent(draws, np.nan_to_num(X), observed, key))
+        from bayespca.posterior import sample_latent
+
+        z = sample_latent(draws, np.nan_to_num(X), observed, key)
         r = self._rotation()
         return z if r is None else z @ np.linalg.inv(r).T
 
@@ -566,51 +568,6 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         # Sparse complete data: the maximum-likelihood methods, which read only the statistics.
         tags.input_tags.sparse = self.method in ("auto", "closed_form", "em")
         return tags
-
-
-def _one_posterior(g, X, observed):
-    post = gaussian.latent_posterior(g, X, observed)
-    cov = (
-        post.covariance
-        if observed is not None
-        else jnp.broadcast_to(post.covariance, (X.shape[0], *post.covariance.shape))
-    )
-    return post.mean, cov
-
-
-@jax.jit
-def _mixture_moments(draws, X, observed):
-    def add(carry, g):
-        mean, cov = _one_posterior(LowRankGaussian(*g), X, observed)
-        return (carry[0] + mean, carry[1] + cov + mean[:, :, None] * mean[:, None, :]), None
-
-    n, k = X.shape[0], draws.loadings.shape[-1]
-    zero = (jnp.zeros((n, k)), jnp.zeros((n, k, k)))
-    (first, second), _ = jax.lax.scan(add, zero, tuple(draws))
-    m = draws.loadings.shape[0]
-    mean = first / m
-    return mean, second / m - mean[:, :, None] * mean[:, None, :]
-
-
-def _posterior_mixture_moments(draws, X, observed) -> LatentPosterior:
-    """Mean and covariance of ``z_i`` under the posterior: ``E_theta`` of the per-draw moments.
-
-    ``E[z] = E_theta[m_theta]``, ``Cov[z] = E_theta[C_theta + m m^T] - E[z] E[z]^T``.
-    """
-    mean, cov = _mixture_moments(draws, jnp.asarray(X), observed)
-    return LatentPosterior(np.asarray(mean), np.asarray(cov))
-
-
-@jax.jit
-def _sample_latent(draws, X, observed, key):
-    keys = jax.random.split(key, draws.loadings.shape[0])
-
-    def one(g, key):
-        mean, cov = _one_posterior(LowRankGaussian(*g), X, observed)
-        eps = jax.random.normal(key, mean.shape)
-        return mean + jnp.einsum("nij,nj->ni", jnp.linalg.cholesky(cov), eps)
-
-    return jax.lax.map(lambda a: one(a[0], a[1]), (tuple(draws), keys))
 
 
 class PPCA(_LowRankGaussianModel):

@@ -25,9 +25,10 @@ libraries through the environment before NumPy loads.
 
 Other rows: ``missing`` is ``PPCA(10, method="em")`` and
 ``FactorAnalysis(10)`` on 20000 x 100 with 20% of the entries missing at
-random (target <= 2 s); ``import`` is ``import bayespca`` in a fresh
-process; ``nuts`` is :func:`nuts_rows` (first-ever compile, first in a
-new process with a warm compilation cache, warm, and compare over k).
+random (target <= 2 s); ``import`` is ``import bayespca``, the estimators'
+import and scikit-learn's, each in fresh processes; ``nuts`` is
+:func:`nuts_rows` (first-ever compile, first in a new process with a warm
+compilation cache, warm, and compare over k).
 
 Shapes (n, d, k), 12 from 100 x 5 to 100000 x 100, k within the Ledermann
 bound so that factor analysis is identified.
@@ -112,7 +113,19 @@ _MISSING_WORKER = textwrap.dedent(
     """
 )
 
-_IMPORT_WORKER = "import time; t = time.perf_counter(); import bayespca; print(time.perf_counter() - t)"
+_IMPORT_WORKER = textwrap.dedent(
+    """
+    import json, sys, time
+    t = time.perf_counter()
+    if sys.argv[1] == "package":
+        import bayespca
+    elif sys.argv[1] == "estimators":
+        from bayespca import PCA, PPCA, FactorAnalysis
+    else:
+        from sklearn.decomposition import PCA, FactorAnalysis
+    print(json.dumps({"time": time.perf_counter() - t, "jax": "jax" in sys.modules}))
+    """
+)
 
 
 def run_worker(code: str, args=(), threads: str = "default", extra_env: dict | None = None) -> str:
@@ -162,8 +175,16 @@ def missing_rows(repeats: int, threads: str):
 
 
 def import_rows(repeats: int, threads: str):
-    times = [float(run_worker(_IMPORT_WORKER, threads=threads)) for _ in range(repeats)]
-    print(f"\nimport bayespca, fresh process, threads={threads}: median {np.median(times):.3f} s")
+    """``import bayespca`` (lazy), the estimators a user imports and scikit-learn's, in fresh processes."""
+    print(f"\nImports, fresh processes, threads={threads}, medians of {repeats}:")
+    for what, label in (
+        ("package", "import bayespca"),
+        ("estimators", "from bayespca import PCA, PPCA, FactorAnalysis"),
+        ("sklearn", "from sklearn.decomposition import PCA, FactorAnalysis"),
+    ):
+        runs = [json.loads(run_worker(_IMPORT_WORKER, [what], threads)) for _ in range(repeats)]
+        jax_loaded = " (loads JAX)" if any(r["jax"] for r in runs) else ""
+        print(f"  {label:<56} {np.median([r['time'] for r in runs]):7.3f} s{jax_loaded}")
 
 
 _NUTS_WORKER = textwrap.dedent(

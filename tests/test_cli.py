@@ -241,6 +241,18 @@ def test_help_loads_no_numerical_library():
     assert run.returncode == 0 and "{fit,compare,demo}" in run.stdout
 
 
+def test_maximum_likelihood_fits_load_no_jax():
+    # A fresh process: the estimators and their closed-form / EM / Newton fits need NumPy and SciPy only;
+    # JAX (0.4 s to import) comes with the first Bayesian fit.
+    code = ("import sys, numpy as np; from bayespca import PCA, PPCA, FactorAnalysis; "
+            "X = np.random.default_rng(0).normal(size=(60, 5)); Y = X.copy(); Y[0, 1] = np.nan; "
+            "fits = [PCA(2).fit(X), PPCA(2).fit(X), PPCA(2).fit(Y), FactorAnalysis(1).fit(X)]; "
+            "[f.transform(X) for f in fits]; print('jax' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "False"
+
+
 @pytest.mark.parametrize("first", ["bayespca", "jax"])
 def test_float64_whichever_is_imported_first(first):
     # The package promises float64 JAX whether JAX was imported before it or is imported after.

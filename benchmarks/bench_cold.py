@@ -225,20 +225,23 @@ def nuts_rows(repeats: int, threads: str):
     """
     import tempfile
 
-    runs = {"first-ever": [], "warm cache": [], "warm": [], "compare": []}
+    runs = {"import": [], "first-ever": [], "warm cache": [], "warm": [], "compare": []}
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as cache:
             env_cache = {"BAYESPCA_CACHE_DIR": cache}
             first = json.loads(run_worker(_NUTS_WORKER, ["fit"], threads, env_cache))
             second = json.loads(run_worker(_NUTS_WORKER, ["fit"], threads, env_cache))
             compare = json.loads(run_worker(_NUTS_WORKER, ["compare"], threads, env_cache))
+        runs["import"].append(first["import"])
         runs["first-ever"].append(first["first"])
         runs["warm cache"].append(second["first"])
         runs["warm"].append(second["warm"])
         runs["compare"].append(compare["compare"])
     print(f"\nNUTS, PPCA(3) on 1000 x 20, 4 chains x (500 + 500), threads={threads}, medians of {repeats}:")
     for label, times in runs.items():
-        what = "compare_n_components k=1..6" if label == "compare" else f"fit, {label}"
+        what = {"compare": "compare_n_components k=1..6", "import": "import (PPCA, compare)"}.get(
+            label, f"fit, {label}"
+        )
         print(f"  {what:<30} {np.median(times):8.2f} s")
 
 

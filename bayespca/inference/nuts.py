@@ -113,11 +113,18 @@ def _potential(static: _Static, data: dict, theta: dict) -> jax.Array:
     return potential_energy(static.model, (), _model_kwargs(static, data), theta)
 
 
+def _times(factor, xi):
+    """``S xi`` for each row ``xi`` (``S`` the Laplace factor, or a vector of scales: diagonal).
+
+    ``_times(S.T, g)`` is the adjoint ``S^T g``, how a gradient in ``theta``
+    becomes one in ``xi``.
+    """
+    return xi @ factor.T if factor.ndim == 2 else xi * factor
+
+
 def _theta_of(static: _Static, data: dict, xi: jax.Array) -> dict:
     """``theta = centre + S xi`` (``S`` the Laplace factor, or a vector of scales)."""
-    factor = data["factor"]
-    step = factor @ xi if factor.ndim == 2 else factor * xi
-    return _unravel(static)(data["centre"] + step)
+    return _unravel(static)(data["centre"] + _times(data["factor"], xi))
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
@@ -413,11 +420,9 @@ def _param_info(static: _Static, data: dict, xi: np.ndarray) -> ParamInfo:
     model's gradient in ``theta``.
     """
     factor = np.asarray(data["factor"])
-    theta = xi @ factor.T if factor.ndim == 2 else xi * factor
     model_data = {"kwargs": data["kwargs"]}  # as the mode search had it: the same compiled program
-    pairs = [_value_and_gradient(static, model_data, data["centre"] + t) for t in theta]
-    gradient = np.array([np.asarray(g) for _, g in pairs])
-    gradient = gradient @ factor if factor.ndim == 2 else gradient * factor
+    pairs = [_value_and_gradient(static, model_data, data["centre"] + t) for t in _times(factor, xi)]
+    gradient = _times(factor.T, np.array([np.asarray(g) for _, g in pairs]))
     return ParamInfo(xi, np.array([float(v) for v, _ in pairs]), gradient)
 
 

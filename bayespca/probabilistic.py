@@ -633,9 +633,10 @@ class PPCA(_LowRankGaussianModel):
         see :mod:`bayespca.models`.
     num_warmup, num_samples, num_chains : int, default=500, 500, 4
         NUTS warm-up and kept draws per chain, and number of chains.
-    chain_method : {"vectorized", "sequential"}, default="vectorized"
-        NUTS chains as one vectorized program (faster on a CPU) or one
-        after the other (see :func:`bayespca.inference.nuts.fit_nuts`).
+    chain_method : {"parallel", "sequential", "vectorized"}, default="parallel"
+        NUTS chains on threads, one chain per CPU at a time; one after the
+        other (the same draws); or as one vectorized program, the choice on
+        a GPU (see :func:`bayespca.inference.nuts.fit_nuts`).
     target_accept_prob : float or None, default=None
         NUTS target acceptance rate; None: 0.99 with the horseshoe prior (whose
         funnels make smaller steps necessary; measured 6-12 divergences at
@@ -752,7 +753,7 @@ class PPCA(_LowRankGaussianModel):
         num_warmup=500,
         num_samples=500,
         num_chains=4,
-        chain_method="vectorized",
+        chain_method="parallel",
         target_accept_prob=None,
     ):
         self.n_components = n_components
@@ -902,7 +903,7 @@ class FactorAnalysis(_LowRankGaussianModel):
         num_warmup=500,
         num_samples=500,
         num_chains=4,
-        chain_method="vectorized",
+        chain_method="parallel",
         target_accept_prob=None,
     ):
         self.n_components = n_components

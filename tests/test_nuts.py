@@ -254,6 +254,23 @@ def test_new_data_of_the_same_shapes_reuse_the_compiled_sampler(backend_compiles
     assert second.draws.noise.mean() / first.draws.noise.mean() == pytest.approx(9.0, rel=0.05)
 
 
+def test_chains_on_threads_draw_what_they_draw_one_after_the_other():
+    """Each chain runs the one-chain program from its own key, whatever the threads' timing.
+
+    On threads ("parallel", the default) the draws equal those of the same
+    chains run one after the other ("sequential") bit for bit.
+    """
+    X, _ = _data(150, 4, 1, 0.5, seed=11)
+    options = {"num_warmup": 100, "num_samples": 100, "num_chains": 3, "random_state": 2}
+    parallel = _fit(X, 1, **options)
+    sequential = _fit(X, 1, chain_method="sequential", **options)
+    for name in ("loadings", "noise", "mean"):
+        np.testing.assert_array_equal(getattr(parallel.draws, name), getattr(sequential.draws, name))
+    steps = [fit.draws.sample_stats["n_steps"] for fit in (parallel, sequential)]
+    np.testing.assert_array_equal(*steps)
+    assert not np.array_equal(parallel.draws.noise[0], parallel.draws.noise[1])  # chains are not copies
+
+
 # ------------------------------------------------------------ diagnostics
 def test_diagnostics_silent_on_converged_chains(ppca_fit):
     with warnings.catch_warnings():

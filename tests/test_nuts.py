@@ -1,6 +1,10 @@
 """NUTS posteriors: the model's potential, calibration against the truth and ML, compile reuse."""
 
 import functools
+import pathlib
+import subprocess
+import sys
+import textwrap
 import warnings
 
 import arviz as az
@@ -269,6 +273,33 @@ def test_chains_on_threads_draw_what_they_draw_one_after_the_other():
     steps = [fit.draws.sample_stats["n_steps"] for fit in (parallel, sequential)]
     np.testing.assert_array_equal(*steps)
     assert not np.array_equal(parallel.draws.noise[0], parallel.draws.noise[1])  # chains are not copies
+
+
+def test_an_interrupt_stops_the_chains_on_threads():
+    """Ctrl-C while chains run on threads reaches the caller at once, and every chain stops.
+
+    The second fit would take 2,000,000 transitions a chain (many minutes);
+    the interrupt comes 2 s into it. Waiting for a chain to finish before
+    seeing it, or a chain that ignored it, would run past the timeout.
+    """
+    code = textwrap.dedent(
+        """
+        import _thread, threading
+        import numpy as np
+        from bayespca import PPCA
+        X = np.random.default_rng(0).normal(size=(100, 3))
+        options = dict(num_warmup=50, num_chains=2, random_state=0, progress_bar=False)
+        PPCA(1, method="nuts", num_samples=50, **options).fit(X)  # compiles; the next fit reuses it
+        threading.Timer(2.0, _thread.interrupt_main).start()
+        try:
+            PPCA(1, method="nuts", num_samples=2_000_000, **options).fit(X)
+        except KeyboardInterrupt:
+            print("interrupted")
+        """
+    )
+    root = pathlib.Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=240)
+    assert run.stdout.split() == ["interrupted"], run.stderr[-2000:]
 
 
 # ------------------------------------------------------------ diagnostics

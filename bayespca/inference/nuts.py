@@ -417,10 +417,18 @@ def _on_threads(advance, states, chunks, bar, workers):
 
     shared = None if bar is None else types.SimpleNamespace(update=update)
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        runs = [pool.submit(_chunks, advance, state, chunks, 0, shared, stop) for state in states]
         try:
-            return list(pool.map(lambda state: _chunks(advance, state, chunks, 0, shared, stop), states))
+            # Short waits: an interrupt (Ctrl-C, a notebook's stop button) is seen within one, and
+            # a chain's error at once.
+            pending = runs
+            while pending:
+                done, pending = concurrent.futures.wait(pending, 0.2, concurrent.futures.FIRST_EXCEPTION)
+                for run in done:
+                    run.result()
+            return [run.result() for run in runs]
         finally:
-            stop.set()  # on an interrupt, the other chains stop after their current chunk
+            stop.set()  # on an interrupt or an error, the other chains stop after their current chunk
 
 
 def _cpus() -> int:

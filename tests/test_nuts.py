@@ -275,6 +275,14 @@ def test_chains_on_threads_draw_what_they_draw_one_after_the_other():
     assert not np.array_equal(parallel.draws.noise[0], parallel.draws.noise[1])  # chains are not copies
 
 
+def test_progress_bar_counts_every_transition_of_the_chains_on_threads(capsys):
+    """2 chains x (100 + 100) transitions, in chunks of 50: the bar ends at 400 of 400."""
+    X, _ = _data(100, 3, 1, 0.5, seed=12)
+    _fit(X, 1, num_warmup=100, num_samples=100, num_chains=2, random_state=0, progress_bar=True)
+    last = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert "400/400" in last, last
+
+
 def test_an_interrupt_stops_the_chains_on_threads():
     """Ctrl-C while chains run on threads reaches the caller at once, and every chain stops.
 

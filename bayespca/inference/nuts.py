@@ -403,7 +403,7 @@ def _on_threads(advance, states, chunks, bar, workers):
     threads run at once on a CPU's cores; each chain is the same sequence
     of calls whatever the number of threads, so the draws do not depend on
     it or on the threads' timing. One-chain programs also compile in about
-    half the time of the vectorized one (d=20, k=3: 1.5 s against 3.1 s,
+    half the time of the vectorized one (d=20, k=3: 1.6 s against 3.1 s,
     tracing included). The progress bar is moved by the calling thread
     only (a notebook's widget belongs to it).
     """

@@ -68,6 +68,7 @@ __all__ = [
     "LowRankGaussian",
     "MissingConditional",
     "Whitened",
+    "array_namespace",
     "canonical_loadings",
     "capacitance_cholesky",
     "conditional_missing",
@@ -120,6 +121,12 @@ class _NumPyOps:
 
     xp = np
     is_jax = False
+
+    @property
+    def special(self):
+        import scipy.special
+
+        return scipy.special
 
     @staticmethod
     def asarray(a):
@@ -198,9 +205,11 @@ class _JaxOps:
     def __init__(self):
         import jax
         import jax.numpy as jnp
+        import jax.scipy.special
         from jax.scipy.linalg import solve_triangular
 
         self.xp = jnp
+        self.special = jax.scipy.special
         self.asarray = jnp.asarray
         self.stop_gradient = jax.lax.stop_gradient
         self.eigh = jnp.linalg.eigh
@@ -231,6 +240,22 @@ def _ops(*args):
             _JAX.append(_JaxOps())
         return _JAX[0]
     return _NUMPY
+
+
+def array_namespace(*args) -> tuple[Any, Any]:
+    """``(xp, special)``: JAX's ``numpy`` and ``scipy.special`` if an argument holds a JAX array or tracer.
+
+    Else NumPy and SciPy's: functions written against ``xp`` then run on
+    NumPy input without compiling anything, and are traceable on JAX input.
+    Tuples (a :class:`LowRankGaussian`) are searched; None is skipped.
+
+    Examples
+    --------
+    >>> array_namespace(np.ones(2), None)[0] is np
+    True
+    """
+    ops = _ops(*args)
+    return ops.xp, ops.special
 
 
 def _leaves(args):

@@ -63,7 +63,7 @@ from bayespca.gaussian import LowRankGaussian
 from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
 from bayespca.inference.weighted import weighted_ppca
 from bayespca.messages import warn
-from bayespca.params import as_generator, check_choice, check_number, check_seed
+from bayespca.params import as_generator, check_bool, check_choice, check_number, check_seed
 from bayespca.statistics import Prepared, prepare
 
 __all__ = ["MixturePPCA", "compare_mixtures", "fit_mixture_em", "fit_mixture_nuts", "mixture_parameters"]
@@ -248,8 +248,10 @@ def fit_mixture_nuts(
     num_warmup: int = 500,
     num_samples: int = 500,
     num_chains: int = 4,
+    chain_method: str = "parallel",
     target_accept_prob: float = 0.9,
     random_state: Any = None,
+    progress_bar: bool | None = None,
     em_options: dict | None = None,
 ) -> Fit:
     """Posterior of a mixture of pPCA by NUTS, started at EM, draws relabelled to EM's clusters.
@@ -277,7 +279,7 @@ def fit_mixture_nuts(
     em = fit_mixture_em(Prepared(filled, None), ModelSpec("isotropic", k), n_mixtures=K,
                         random_state=random_state, **(em_options or {}))
     priors = prior_classes.to_units(prior_classes.as_priors(spec.prior), "isotropic", prepared.scale)
-    resolved = prior_classes.resolve(priors, "isotropic", prior_classes.data_scales(X=X))
+    resolved = prior_classes.resolve_at_data(priors, "isotropic", X=X)[1]
     identification = identification_for(spec.identification, "isotropic", resolved.loadings)
     values = {"weights": np.asarray(em.details["weights"])}
     for c in range(K):
@@ -288,8 +290,8 @@ def fit_mixture_nuts(
                "has_missing": prepared.missing is not None}
     sites, stats = sample_model(
         mixture_ppca, options, {"X": X, "prior": priors}, values, num_warmup=num_warmup,
-        num_samples=num_samples, num_chains=num_chains, target_accept_prob=target_accept_prob,
-        random_state=random_state,
+        num_samples=num_samples, num_chains=num_chains, chain_method=chain_method,
+        target_accept_prob=target_accept_prob, random_state=random_state, progress_bar=progress_bar,
     )
     shape = (num_chains, num_samples)
     loadings = np.stack([sites[f"c{c}/W"] for c in range(K)], axis=2)
@@ -384,9 +386,15 @@ class MixturePPCA(ClusterMixin, DensityMixin, BaseEstimator):
     identification : {None, "polar", "lower_triangular", "procrustes", "none"}, default=None
         NUTS: how each cluster's ``W_c`` is sampled (None: ``"polar"``).
     num_warmup, num_samples, num_chains : int, default=500, 500, 4
+    chain_method : {"parallel", "sequential", "vectorized"}, default="parallel"
+        NUTS chains on threads, one after the other (the same draws) or as one
+        vectorized program (the choice on a GPU), as in :class:`bayespca.PPCA`.
     target_accept_prob : float, default=0.9
     random_state : None, int, Generator or RandomState
         Seeds the k-means++ starts and NUTS.
+    progress_bar : bool or None, default=None
+        NUTS: a progress bar over the transitions; None shows it in a terminal
+        or a notebook only.
 
     Attributes
     ----------
@@ -446,8 +454,10 @@ class MixturePPCA(ClusterMixin, DensityMixin, BaseEstimator):
         num_warmup=500,
         num_samples=500,
         num_chains=4,
+        chain_method="parallel",
         target_accept_prob=0.9,
         random_state=None,
+        progress_bar=None,
     ):
         self.n_mixtures = n_mixtures
         self.n_components = n_components
@@ -461,8 +471,10 @@ class MixturePPCA(ClusterMixin, DensityMixin, BaseEstimator):
         self.num_warmup = num_warmup
         self.num_samples = num_samples
         self.num_chains = num_chains
+        self.chain_method = chain_method
         self.target_accept_prob = target_accept_prob
         self.random_state = random_state
+        self.progress_bar = progress_bar
 
     def _plan(self, prepared: Prepared) -> tuple[str, ModelSpec, dict]:
         """Every parameter checked against the data (named errors before any work)."""
@@ -480,6 +492,7 @@ class MixturePPCA(ClusterMixin, DensityMixin, BaseEstimator):
         }
         check_choice(self.identification, "identification", IDENTIFICATIONS, allow_none=True)
         check_seed(self.random_state)
+        progress = None if self.progress_bar is None else check_bool(self.progress_bar, "progress_bar")
         from bayespca.inference.model_nuts import check_prior
 
         check_prior(self.prior, method, "MixturePPCA", "'nuts'")
@@ -488,7 +501,8 @@ class MixturePPCA(ClusterMixin, DensityMixin, BaseEstimator):
             options.update(em)
         else:
             options.update(num_warmup=self.num_warmup, num_samples=self.num_samples,
-                           num_chains=self.num_chains, target_accept_prob=self.target_accept_prob,
+                           num_chains=self.num_chains, chain_method=self.chain_method,
+                           target_accept_prob=self.target_accept_prob, progress_bar=progress,
                            em_options=em)
         return method, ModelSpec("isotropic", int(k), self.prior, self.identification), options
 

@@ -67,7 +67,7 @@ from bayespca.gaussian import LowRankGaussian
 from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
 from bayespca.inference.weighted import weighted_ppca
 from bayespca.messages import warn
-from bayespca.params import as_key, check_choice, check_number, check_seed
+from bayespca.params import as_key, check_bool, check_choice, check_number, check_seed
 from bayespca.statistics import Prepared, prepare
 
 __all__ = [
@@ -90,14 +90,15 @@ _LOG_2 = math.log(2.0)
 
 def _distance_and_base(g: LowRankGaussian, X, observed):
     """``delta_i``, ``log N(mu_O | mu_O, C_OO)`` and ``p_i`` for each row (observed block)."""
-    X = jnp.asarray(X)
-    at_mean = jnp.broadcast_to(jnp.asarray(g.mean), X.shape)
+    xp = gaussian.array_namespace(g, X, observed)[0]
+    X = xp.asarray(X)
+    at_mean = xp.broadcast_to(xp.asarray(g.mean), X.shape)
     if observed is None:
         base = gaussian.log_prob(g, at_mean[:1])[0]  # no quadratic term: -(p log 2 pi + log|C|) / 2
-        p = jnp.full(X.shape[0], X.shape[1], dtype=X.dtype)
+        p = xp.full(X.shape[0], X.shape[1], dtype=X.dtype)
         return -2.0 * (gaussian.log_prob(g, X) - base), base, p
     base = gaussian.log_prob(g, at_mean, observed)
-    p = jnp.sum(jnp.asarray(observed), axis=1).astype(X.dtype)
+    p = xp.sum(xp.asarray(observed), axis=1).astype(X.dtype)
     return -2.0 * (gaussian.log_prob(g, X, observed) - base), base, p
 
 
@@ -120,7 +121,7 @@ def _log_gamma_ratio(x, a, xp, special):
     return xp.where(small, special.gammaln(xs + a) - special.gammaln(xs), stirling)
 
 
-def _t_from_distance(delta, base, p, df, xp=jnp, special=jax.scipy.special):
+def _t_from_distance(delta, base, p, df, xp, special):
     """``log t_nu`` of rows from their distances ``delta``, Gaussian base terms and sizes ``p``.
 
     ``log t = lgamma((nu + p) / 2) - lgamma(nu / 2) + (p / 2) log(2 / nu)
@@ -154,7 +155,8 @@ def student_t_from_gaussian(log_density: Any, log_density_at_mean: Any, n_observ
     True
     """
     delta = -2.0 * (log_density - log_density_at_mean)
-    return _t_from_distance(delta, log_density_at_mean, n_observed, df)
+    namespace = gaussian.array_namespace(log_density, log_density_at_mean, n_observed, df)
+    return _t_from_distance(delta, log_density_at_mean, n_observed, df, *namespace)
 
 
 def _is_infinite(df) -> bool:
@@ -198,7 +200,7 @@ def student_t_log_prob(g: LowRankGaussian, df: Any, X: Any, observed: Any = None
     if _is_infinite(df):
         return gaussian.log_prob(g, X, observed)
     delta, base, p = _distance_and_base(g, X, observed)
-    return _t_from_distance(delta, base, p, df)
+    return _t_from_distance(delta, base, p, df, *gaussian.array_namespace(g, X, observed, df))
 
 
 def expected_scale(g: LowRankGaussian, df: Any, X: Any, observed: Any = None) -> jax.Array:
@@ -214,7 +216,7 @@ def expected_scale(g: LowRankGaussian, df: Any, X: Any, observed: Any = None) ->
     [1.5, 0.058]
     """
     if _is_infinite(df):
-        return jnp.ones(jnp.shape(X)[0])
+        return gaussian.array_namespace(g, X, observed)[0].ones(np.shape(X)[0])
     delta, _, p = _distance_and_base(g, X, observed)
     return (df + p) / (df + delta)
 
@@ -390,7 +392,8 @@ def fit_robust_svi(
     from bayespca.models import robust_ppca
 
     options, numbers = _model_arguments(spec, nu, prepared)
-    model = functools.partial(robust_ppca, **options, **numbers, identification="none")
+    model = functools.partial(robust_ppca, **options, **numbers, identification="none",
+                              has_missing=prepared.missing is not None)
     start = _gaussian_start(prepared, spec.n_components)
     values = {"W": np.asarray(start.loadings), "sigma": math.sqrt(start.noise[0]),
               "mu": np.asarray(start.mean)}
@@ -431,8 +434,10 @@ def fit_robust_nuts(
     num_warmup: int = 500,
     num_samples: int = 500,
     num_chains: int = 4,
+    chain_method: str = "parallel",
     target_accept_prob: float = 0.9,
     random_state: Any = None,
+    progress_bar: bool | None = None,
 ) -> Fit:
     """Posterior of the Student-t pPCA by NUTS on the marginal multivariate t.
 
@@ -457,7 +462,7 @@ def fit_robust_nuts(
 
     options, numbers = _model_arguments(spec, nu, prepared)
     X = prepared.X
-    resolved = prior_classes.resolve(numbers["prior"], "isotropic", prior_classes.data_scales(X=X))
+    resolved = prior_classes.resolve_at_data(numbers["prior"], "isotropic", X=X)[1]
     identification = identification_for(spec.identification, "isotropic", resolved.loadings)
     # EM in working units (scale 1), on the column-mean filled rows when some are missing.
     filled = X if prepared.missing is None else np.where(prepared.missing, prepared.mean, X)
@@ -469,7 +474,8 @@ def fit_robust_nuts(
     options.update(identification=identification, has_missing=prepared.missing is not None)
     sites, stats = sample_model(
         robust_ppca, options, {"X": X, **numbers}, values, num_warmup=num_warmup, num_samples=num_samples,
-        num_chains=num_chains, target_accept_prob=target_accept_prob, random_state=random_state,
+        num_chains=num_chains, chain_method=chain_method, target_accept_prob=target_accept_prob,
+        random_state=random_state, progress_bar=progress_bar,
     )
     w = sites["W"]
     if identification == "polar":
@@ -557,9 +563,15 @@ class RobustPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     identification : {None, "polar", "lower_triangular", "procrustes", "none"}, default=None
         How NUTS samples ``W`` (None: ``"polar"``).
     num_warmup, num_samples, num_chains : int, default=500, 500, 4
+    chain_method : {"parallel", "sequential", "vectorized"}, default="parallel"
+        NUTS chains on threads, one after the other (the same draws) or as one
+        vectorized program (the choice on a GPU), as in :class:`bayespca.PPCA`.
     target_accept_prob : float, default=0.9
     random_state : None, int, Generator or RandomState
         Seeds SVI and NUTS.
+    progress_bar : bool or None, default=None
+        NUTS: a progress bar over the transitions; None shows it in a terminal
+        or a notebook only.
 
     Attributes
     ----------
@@ -617,8 +629,10 @@ class RobustPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         num_warmup=500,
         num_samples=500,
         num_chains=4,
+        chain_method="parallel",
         target_accept_prob=0.9,
         random_state=None,
+        progress_bar=None,
     ):
         self.n_components = n_components
         self.nu = nu
@@ -632,8 +646,10 @@ class RobustPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         self.num_warmup = num_warmup
         self.num_samples = num_samples
         self.num_chains = num_chains
+        self.chain_method = chain_method
         self.target_accept_prob = target_accept_prob
         self.random_state = random_state
+        self.progress_bar = progress_bar
 
     def _plan(self, prepared: Prepared) -> tuple[str, ModelSpec, dict]:
         """Every parameter checked against the data (named errors before any work)."""
@@ -649,6 +665,7 @@ class RobustPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             self.nu) else math.inf
         check_choice(self.identification, "identification", IDENTIFICATIONS, allow_none=True)
         check_seed(self.random_state)
+        progress = None if self.progress_bar is None else check_bool(self.progress_bar, "progress_bar")
         from bayespca.inference.model_nuts import check_prior
 
         check_prior(self.prior, method, "RobustPPCA", "'svi' or 'nuts'")
@@ -670,7 +687,8 @@ class RobustPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             options["random_state"] = self.random_state
         else:
             options.update(num_warmup=self.num_warmup, num_samples=self.num_samples,
-                           num_chains=self.num_chains, target_accept_prob=self.target_accept_prob,
+                           num_chains=self.num_chains, chain_method=self.chain_method,
+                           target_accept_prob=self.target_accept_prob, progress_bar=progress,
                            random_state=self.random_state)
         return method, ModelSpec("isotropic", int(k), self.prior, self.identification), options
 

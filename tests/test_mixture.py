@@ -132,6 +132,20 @@ def test_bic_icl_and_loo_choose_the_planted_mixture():
     assert adjusted_rand_score(labels, fit.predict(X)) > 0.95
 
 
+def test_nuts_chains_on_threads_draw_what_they_draw_one_after_the_other(capsys):
+    X, _ = _clusters(n_per=40, d=3, k=1, K=2, spread=6.0, seed=2)
+    options = dict(method="nuts", num_warmup=100, num_samples=100, num_chains=2, random_state=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)  # short chains
+        threads = MixturePPCA(2, 1, progress_bar=False, **options).fit(X)
+        assert capsys.readouterr().err == ""
+        sequential = MixturePPCA(2, 1, chain_method="sequential", progress_bar=True, **options).fit(X)
+    for name in ("loadings", "noise", "mean"):
+        np.testing.assert_array_equal(getattr(threads.nuts_, name), getattr(sequential.nuts_, name))
+    # 2 chains x (100 + 100) transitions
+    assert "400/400" in capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+
+
 def test_named_errors_before_any_work():
     X, _ = _clusters(n_per=20, d=3, k=1, K=2)
     with pytest.raises(ValueError, match="n_mixtures must be"):

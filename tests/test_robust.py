@@ -158,6 +158,36 @@ def test_nuts_on_new_rows_of_the_same_shape_compiles_nothing(t_fits, backend_com
     assert abs(nu.mean() - em.nu_) < 2 * nu.std()
 
 
+def test_em_runs_on_numpy_and_compiles_nothing(backend_compiles):
+    # A shape no other test uses: any JAX operation run eagerly by EM would compile a program here.
+    X = _t_data(n=41, d=7, seed=3)
+    with backend_compiles() as compiles:
+        fit = RobustPPCA(2).fit(X)
+    assert compiles == []
+    cov = fit.loadings_ @ fit.loadings_.T + fit.noise_variance_ * np.eye(7)
+    assert fit.log_likelihood_ == pytest.approx(multivariate_t(fit.mean_, cov, df=fit.nu_).logpdf(X).sum(),
+                                                rel=1e-10)
+
+
+def test_nuts_compiles_each_program_once_and_takes_the_runners_options(backend_compiles, capsys):
+    # A shape no other test uses. Run operation by operation (the priors' resolution, EM's and the
+    # summaries' t densities in JAX), the set-up compiled over 100 programs; the runner's are about 10.
+    X = _t_data(n=43, d=4, seed=5)
+    options = dict(method="nuts", prior="flat", num_warmup=100, num_samples=100, num_chains=2, random_state=2)
+    with warnings.catch_warnings(), backend_compiles() as compiles:
+        warnings.simplefilter("ignore", SamplingWarning)  # short chains
+        threads = RobustPPCA(1, progress_bar=False, **options).fit(X)
+        assert len(compiles) < 20, len(compiles)
+        assert capsys.readouterr().err == ""
+        sequential = RobustPPCA(1, chain_method="sequential", progress_bar=True, **options).fit(X)
+    np.testing.assert_array_equal(threads.nuts_.loadings, sequential.nuts_.loadings)
+    np.testing.assert_array_equal(threads.nu_samples_, sequential.nu_samples_)
+    # 2 chains x (100 + 100) transitions
+    assert "400/400" in capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    with pytest.raises(ValueError, match="chain_method must be one of"):
+        RobustPPCA(1, chain_method="threads", **options).fit(X)
+
+
 def test_flat_prior_keeps_the_posterior_of_nu_proper():
     # On Gaussian rows the t likelihood keeps growing towards its Gaussian limit as nu -> inf, so a flat
     # prior on all of nu > 0 has no posterior: chains drifted to nu ~ 1e76, every transition divergent.

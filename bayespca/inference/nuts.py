@@ -132,13 +132,6 @@ def _theta_of(static: _Static, data: dict, xi: jax.Array) -> dict:
     return _unravel(static)(data["centre"] + _times(data["factor"], xi))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _resolved_priors(noise: str, d: int, priors: prior_classes.Priors, stats: Any):
-    """The data's scales and the priors resolved at them (compiled: one program, not one per operation)."""
-    scales = prior_classes.data_scales(suff_stats=stats, n_features=d, residual=noise == "diagonal")
-    return scales, prior_classes.resolve(priors, noise, scales)
-
-
 @functools.partial(jax.jit, static_argnums=0)
 def _unconstrained(static: _Static, data: dict, values: dict) -> dict:
     """The unconstrained coordinates of the model's sites at ``values`` (``static.layout`` unused).
@@ -665,14 +658,15 @@ def _sampling_units(noise: str, d: int, priors: prior_classes.Priors, stats: Any
     -------
     units, stats, priors, scales, resolved
     """
-    scales, resolved = _resolved_priors(noise, d, priors, stats)
+    scales, resolved = prior_classes.resolve_at_data(priors, noise, suff_stats=stats, n_features=d)
     per_feature = (type(None), prior_classes.Normal, prior_classes.Flat)
     if noise != "diagonal" or not isinstance(priors.loadings, per_feature):
         return None, stats, priors, scales, resolved
     units = np.exp2(np.round(np.log2(np.asarray(scales.sd, dtype=float))))
     stats = columns_divided(stats, units)
     priors = prior_classes.to_units(priors, noise, units)
-    return (units, stats, priors, *_resolved_priors(noise, d, priors, stats))
+    resolved_in_units = prior_classes.resolve_at_data(priors, noise, suff_stats=stats, n_features=d)
+    return (units, stats, priors, *resolved_in_units)
 
 
 def _ml_start(prepared: Prepared, spec: ModelSpec, units: np.ndarray | None) -> LowRankGaussian:

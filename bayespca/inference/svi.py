@@ -369,8 +369,7 @@ def fit_svi(
     per_feature = noise == "diagonal" and isinstance(given.loadings, _PER_FEATURE)
     data = _standardised_data(prepared, per_feature, minibatches=batch_size is not None)
     shift, scale, from_statistics = data.shift, data.scale, data.rows is None
-    scales = data.scales
-    data_priors = prior_classes.resolve(given, noise, scales)
+    data_priors = prior_classes.resolve_at_data(given, noise, **data.scale_source)[1]
     horseshoe = isinstance(data_priors.loadings, prior_classes.Horseshoe)
     if horseshoe and guide == "delta":
         raise ValueError(
@@ -540,7 +539,7 @@ class _Data(NamedTuple):
     scale: float | np.ndarray  # root mean column variance, or each column's sd
     counts: np.ndarray  # observed entries per column
     spectrum: tuple  # of the standardised 1/n covariance: _initial_values' arguments
-    scales: Any  # prior_classes.DataScales of the data, for the priors
+    scale_source: dict  # the data in units, as prior_classes.resolve_at_data reads them (for the priors)
     rows: np.ndarray | None  # standardised rows, NaN at missing entries (None: statistics)
     stats: SufficientStatistics | None  # standardised (complete Dask data)
     log_likelihood: Any  # LowRankGaussian in data units -> total log-likelihood
@@ -571,8 +570,8 @@ def _standardised_data(prepared: Prepared, per_feature: bool, minibatches: bool)
         scale = _scale(np.diag(scatter) / n, per_feature)
         unit = np.broadcast_to(scale, (d,))
         std = SufficientStatistics(np.float64(n), np.zeros(d), scatter / np.outer(unit, unit))
-        scales = prior_classes.data_scales(suff_stats=SufficientStatistics(n, mean, scatter), n_features=d)
-        return _Data(mean, scale, np.full(d, n), _spectrum_of_statistics(std), scales, None, std,
+        source = {"suff_stats": SufficientStatistics(n, mean, scatter), "n_features": d}
+        return _Data(mean, scale, np.full(d, n), _spectrum_of_statistics(std), source, None, std,
                      lambda g: float(log_likelihood_from_stats(g, n, mean, scatter)))
     rows = prepared.X
     if is_chunked(rows):
@@ -584,7 +583,7 @@ def _standardised_data(prepared: Prepared, per_feature: bool, minibatches: bool)
     scale = _scale(np.nanvar(arr, axis=0), per_feature)
     xs = np.where(nan, 0.0, (arr - shift) / scale)
     counts = n - nan.sum(axis=0)
-    return _Data(shift, scale, counts, _spectrum_of_rows(xs, observed), prior_classes.data_scales(X=arr),
+    return _Data(shift, scale, counts, _spectrum_of_rows(xs, observed), {"X": arr},
                  np.where(nan, np.nan, xs), None,
                  lambda g: float(np.sum(log_prob(g, np.where(nan, 0.0, arr), observed))))
 
@@ -600,9 +599,9 @@ def _standardised_patterns(prepared: Prepared, patterns: MissingPatterns, per_fe
     # The mean-filled rows' (x - shift) / scale, 0 where missing: their 1/n covariance from the patterns.
     filled = std.scatter.sum(axis=0) + np.einsum("p,pi,pj->ij", std.n, std.mean, std.mean)
     spectrum = _spectrum_of_statistics(SufficientStatistics(n, np.zeros(d), filled))
-    scales = prior_classes.data_scales(suff_stats=in_data, n_features=d)
+    source = {"suff_stats": in_data, "n_features": d}
     counts = np.einsum("p,pj->j", std.n, std.observed)  # observed entries per column
-    return _Data(shift, scale, counts, spectrum, scales, None, std,
+    return _Data(shift, scale, counts, spectrum, source, None, std,
                  lambda g: float(marginal_log_likelihood(g, in_data)))
 
 

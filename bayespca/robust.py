@@ -67,7 +67,7 @@ from bayespca.gaussian import LowRankGaussian
 from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
 from bayespca.inference.weighted import weighted_ppca
 from bayespca.messages import warn
-from bayespca.params import as_key, check_bool, check_choice, check_number, check_seed
+from bayespca.params import check_bool, check_choice, check_number, check_seed
 from bayespca.statistics import Prepared, prepare
 
 __all__ = [
@@ -365,14 +365,19 @@ def fit_robust_svi(
     nu: float | None = None,
     num_steps: int = 3000,
     learning_rate: float = 0.02,
+    tol: float = 1e-7,
     random_state: Any = None,
+    progress_bar: bool | None = None,
 ) -> Fit:
     """MAP (maximum likelihood with ``prior="flat"``) of the Student-t pPCA by SVI with a delta guide.
 
     Adam on the unconstrained sites of :func:`bayespca.models.robust_ppca`
     (identification ``"none"``), its step decaying exponentially from
     ``learning_rate`` to ``1e-3 * learning_rate``, started from the Gaussian
-    closed form with ``nu = 10``. Each step costs O(n d k + d k^2) (the t
+    closed form with ``nu = 10``, until the loss settles (``tol``, as in
+    :func:`bayespca.inference.svi.fit_svi`) or ``num_steps``
+    (:func:`bayespca.inference.svi.map_by_svi`: compiled once per
+    configuration, a progress bar). Each step costs O(n d k + d k^2) (the t
     has no sufficient statistics). Rows with missing entries (NaN) enter by
     the t of their observed block.
 
@@ -382,35 +387,29 @@ def fit_robust_svi(
         In data units; ``trace`` the loss per step; ``details`` holds
         ``nu`` and ``row_weights``.
     """
-    import numpyro
-    from numpyro.infer import SVI, Trace_ELBO
-    from numpyro.infer.autoguide import AutoDelta
-    from numpyro.infer.initialization import init_to_value
+    from bayespca.inference.svi import map_by_svi
+    from bayespca.models import robust_ppca
 
     num_steps = check_number(num_steps, "num_steps", integer=True, low=1)
     learning_rate = check_number(learning_rate, "learning_rate", low=0, low_open=True)
-    from bayespca.models import robust_ppca
-
+    tol = check_number(tol, "tol", low=0, low_open=True)
     options, numbers = _model_arguments(spec, nu, prepared)
-    model = functools.partial(robust_ppca, **options, **numbers, identification="none",
-                              has_missing=prepared.missing is not None)
+    has_missing = prepared.missing is not None
+    model = functools.partial(robust_ppca, **options, identification="none", has_missing=has_missing)
     start = _gaussian_start(prepared, spec.n_components)
     values = {"W": np.asarray(start.loadings), "sigma": math.sqrt(start.noise[0]),
               "mu": np.asarray(start.mean)}
     if nu is None:
         values["nu"] = 10.0
-    guide = AutoDelta(model, init_loc_fn=init_to_value(values=values))
-
-    def schedule(i):
-        return learning_rate * 1e-3 ** (i / num_steps)
-
-    svi = SVI(model, guide, numpyro.optim.Adam(schedule), Trace_ELBO())
     X = jnp.asarray(prepared.X)
-    result = svi.run(as_key(random_state), num_steps, X, progress_bar=False)
-    losses = np.asarray(result.losses)
+    # The prior numbers are arguments: the program serves every fit of this configuration.
+    config = ("robust_ppca", X.shape, tuple(sorted(options.items())), has_missing, num_steps, learning_rate,
+              jax.tree_util.tree_structure(numbers))
+    point, losses, converged = map_by_svi(model, values, ((X,), numbers), config, num_steps=num_steps,
+                                          learning_rate=learning_rate, tol=tol, random_state=random_state,
+                                          progress_bar=progress_bar)
     if not np.all(np.isfinite(losses)):
         raise ValueError("SVI loss became non-finite; lower learning_rate.")
-    point = guide.median(result.params)
     df = float(point["nu"]) if nu is None else float(nu)
     g = LowRankGaussian(np.asarray(point["W"]), np.full(prepared.d, float(point["sigma"]) ** 2),
                         np.asarray(point["mu"]))
@@ -418,10 +417,8 @@ def fit_robust_svi(
     observed = prepared.observed
     data = np.nan_to_num(prepared.X)
     ll = float(np.sum(student_t_log_prob(g, df, data, observed)))
-    tail = max(num_steps // 10, 1)
-    converged = bool(abs(losses[-tail:].mean() - losses[-2 * tail:-tail].mean()) <= 1e-7 * abs(losses[-1]))
     weights = np.asarray(expected_scale(g, df, data, observed))
-    fit = Fit(g, ll, "svi", num_steps, converged, losses, np.zeros(prepared.d, bool),
+    fit = Fit(g, ll, "svi", losses.size, converged, losses, np.zeros(prepared.d, bool),
               details={"nu": df, "row_weights": weights})
     return fit.to_data_units(prepared.scale, prepared.total_observed)
 
@@ -552,7 +549,8 @@ class RobustPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         :func:`fit_robust_svi`, :func:`fit_robust_nuts`).
     tol, max_iter : float, int or None
         EM's tolerance (default 1e-10) and cycles (default 2000); for SVI
-        ``max_iter`` is the number of steps (default 3000).
+        the relative change of the loss at which to stop (default 1e-7, as
+        :class:`bayespca.PPCA`'s) and the most steps (default 3000).
     noise_floor : float, default=1e-10
         EM's lower bound on ``sigma^2`` relative to the mean feature variance.
     learning_rate : float or None, default=None
@@ -570,8 +568,8 @@ class RobustPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     random_state : None, int, Generator or RandomState
         Seeds SVI and NUTS.
     progress_bar : bool or None, default=None
-        NUTS: a progress bar over the transitions; None shows it in a terminal
-        or a notebook only.
+        SVI and NUTS: a progress bar over the steps or transitions; None shows
+        it in a terminal or a notebook only.
 
     Attributes
     ----------
@@ -684,7 +682,9 @@ class RobustPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
                 options["learning_rate"] = lr
             if max_iter is not None:
                 options["num_steps"] = max_iter
-            options["random_state"] = self.random_state
+            if tol is not None:
+                options["tol"] = tol
+            options.update(random_state=self.random_state, progress_bar=progress)
         else:
             options.update(num_warmup=self.num_warmup, num_samples=self.num_samples,
                            num_chains=self.num_chains, chain_method=self.chain_method,

@@ -349,3 +349,25 @@ def test_factor_analysis_takes_noise_priors_in_data_units():
                              progress_bar=False, num_warmup=300, num_samples=300, num_chains=2).fit(X)
     psi = np.asarray(fit.posterior_["posterior"]["psi"]).reshape(-1, X.shape[1])
     assert np.all(np.abs(psi.mean(0) - ml) < 3 * psi.std(0)), (psi.mean(0), psi.std(0), ml)
+
+
+def test_posterior_tree_is_built_when_read_with_the_rows_log_likelihood_summing_to_the_statistics():
+    """A fit's per-draw log-likelihood comes from the statistics (patterns with missing values);
+    the draws x rows values, a DataTree of them, only when ``posterior_`` is read."""
+    X = _data(n=200, d=5, k=2, seed=4)
+    X[np.random.default_rng(4).random(X.shape) < 0.05] = np.nan
+    options = dict(method="nuts", num_warmup=100, num_samples=100, num_chains=2, random_state=0,
+                   progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)  # short chains
+        fit = FactorAnalysis(2, **options).fit(X)
+    assert "posterior_" not in vars(fit)
+    tree = fit.posterior_
+    rows = tree["log_likelihood"]["X"].values.sum(-1)  # each row's observed block, summed
+    np.testing.assert_allclose(tree["posterior"]["log_lik"].values, rows, rtol=1e-12)
+    direct = [gaussian.log_prob(gaussian.LowRankGaussian(*g), np.nan_to_num(X), ~np.isnan(X)).sum()
+              for g in zip(*(a[0, :3] for a in (fit.loadings_samples_, fit.noise_variance_samples_,
+                                                   fit.mean_samples_)), strict=True)]
+    np.testing.assert_allclose(rows[0, :3], direct, rtol=1e-12)
+    fit.set_params(method="em").fit(X)
+    assert not hasattr(fit, "posterior_")

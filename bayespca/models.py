@@ -41,7 +41,10 @@ Identification. ``W`` is identified only up to ``W R`` (``R`` orthogonal).
     features (unscaled, ``U`` follows the feature of largest raw variance).
     For FA it mixes better than ``"lower_triangular"`` (benchmarks/bench_nuts_real.py,
     diabetes and wine, k = 1 and 4, 5 seeds: 23 of 25 fits with R-hat < 1.01 and
-    bulk ESS > 400 against 18, 0 divergent transitions against 430).
+    bulk ESS > 400 against 18, 0 divergent transitions against 430). The
+    map is singular where two scales meet and at ``l_k = 0``; where FA's
+    posterior reaches there, the NUTS runner samples ``"none"`` instead
+    (:mod:`bayespca.inference.nuts`, "Weak factors").
 ``"lower_triangular"``
     ``W_jl = 0`` for ``l > j`` and ``W_jj > 0`` (sites ``"W_lower"`` and
     ``"W_log_diag"``). ``W = L Q`` with ``Q`` orthogonal has volume element

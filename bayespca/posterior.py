@@ -23,12 +23,14 @@ from bayespca.params import as_generator
 
 __all__ = [
     "SamplingWarning",
+    "converged",
     "diagnose",
     "latent_moments",
     "pointwise_log_likelihood",
     "posterior_variables",
     "sample_latent",
     "to_datatree",
+    "worst_convergence",
 ]
 
 
@@ -291,6 +293,25 @@ def _worst(quantities: dict, chains: int) -> tuple[tuple, tuple]:
     return worst_rhat, worst_ess
 
 
+def worst_convergence(draws: Draws, log_lik: np.ndarray | None = None) -> tuple[tuple, tuple]:
+    """``(label, R-hat)`` of the largest R-hat and ``(label, ESS)`` of the smallest ESS (bulk or tail).
+
+    Over the rotation-invariant quantities (see :func:`diagnose`) and the
+    per-draw total log-likelihood ``log_lik`` (chain, draw) when given.
+    """
+    # The horseshoe's inclusion weights follow W's labelling: not invariant either.
+    quantities = {k: v for k, v in posterior_variables(draws).items() if k not in ("W", "mu", "inclusion")}
+    if log_lik is not None:
+        quantities["log_lik"] = log_lik
+    return _worst(quantities, draws.loadings.shape[0])
+
+
+def converged(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_chain: int = 100) -> bool:
+    """Whether :func:`diagnose` would stay silent on R-hat and ESS: every R-hat <= 1.01, ESS large enough."""
+    (_, rhat), (_, ess) = worst_convergence(draws, log_lik)
+    return rhat <= 1.01 and ess >= min_ess_per_chain * draws.loadings.shape[0]
+
+
 def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_chain: int = 100) -> list:
     """Warn (:class:`SamplingWarning`) about divergences, R-hat > 1.01 or low ESS; return the messages.
 
@@ -308,12 +329,8 @@ def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_cha
             "size cannot resolve. Increase target_accept_prob (e.g. 0.95 or 0.99), or use "
             "stronger priors (prior=...)."
         )
-    # The horseshoe's inclusion weights follow W's labelling: not invariant either.
-    quantities = {k: v for k, v in posterior_variables(draws).items() if k not in ("W", "mu", "inclusion")}
-    if log_lik is not None:
-        quantities["log_lik"] = log_lik
     chains = draws.loadings.shape[0]
-    (rhat_label, rhat), (ess_label, ess) = _worst(quantities, chains)
+    (rhat_label, rhat), (ess_label, ess) = worst_convergence(draws, log_lik)
     if not np.isfinite(rhat):
         messages.append(
             f"R-hat of {rhat_label} is not finite: a chain did not move. Increase num_warmup, or "

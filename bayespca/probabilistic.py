@@ -639,7 +639,11 @@ class PPCA(_LowRankGaussianModel):
         How NUTS identifies ``W`` (None: ``"polar"``; for FactorAnalysis in
         the features' standard-deviation units, with draws reported in
         factanal's orientation, ``W^T Psi^-1 W`` diagonal and decreasing);
-        see :mod:`bayespca.models`.
+        see :mod:`bayespca.models`. With None, FactorAnalysis chains move in
+        ``W``'s own coordinates where the polar ones are near their
+        singularity (weak factors whose scales may meet, typically near the
+        Ledermann bound; :func:`bayespca.inference.nuts.fit_nuts`), with the
+        draws reported in the same orientation.
     num_warmup, num_samples, num_chains : int, default=500, 500, 4
         NUTS warm-up and kept draws per chain, and number of chains.
     chain_method : {"parallel", "sequential", "vectorized"}, default="parallel"

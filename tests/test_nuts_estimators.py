@@ -277,13 +277,16 @@ def _invariant_series(posterior):
 
 @pytest.mark.parametrize(
     ("load", "model", "k"),
-    [(load_iris, PPCA, 3), (load_iris, PPCA, 2), (load_diabetes, FactorAnalysis, 1)],
-    ids=["iris-ppca-3", "iris-std-ppca-2", "diabetes-std-fa-1"],
+    [(load_iris, PPCA, 3), (load_iris, PPCA, 2), (load_diabetes, FactorAnalysis, 1),
+     (load_diabetes, FactorAnalysis, 6)],
+    ids=["iris-ppca-3", "iris-std-ppca-2", "diabetes-std-fa-1", "diabetes-std-fa-6"],
 )
 def test_real_data_sample_cleanly_with_the_defaults(load, model, k):
     """Issue 12's real-data panel, short: default settings (4 chains x 500 + 500), 0 divergences,
     R-hat < 1.01 and bulk ESS > 400 on every invariant (benchmarks/bench_nuts_real.py runs the
-    whole panel)."""
+    whole panel). FA with 6 factors on 10 features (the Ledermann bound) has weak factors whose
+    scales may meet: sampled in polar coordinates its chains disagreed (R-hat 1.041, ESS 196); FA's
+    draws are reported in factanal's orientation whatever coordinates the chains moved in."""
     X = load().data
     if k != 3:
         X = (X - X.mean(0)) / X.std(0)
@@ -294,6 +297,13 @@ def test_real_data_sample_cleanly_with_the_defaults(load, model, k):
     for series in _invariant_series(fit.posterior_["posterior"]):
         assert float(az.rhat(series)) < 1.01
         assert float(az.ess(series, method="bulk")) > 400
+    if model is FactorAnalysis:  # W^T Psi^-1 W diagonal, decreasing, in every draw
+        w, psi = fit.loadings_samples_, fit.noise_variance_samples_
+        gram = np.einsum("cmdk,cmd,cmdl->cmkl", w, 1.0 / psi, w)
+        diagonal = np.diagonal(gram, axis1=-2, axis2=-1)
+        off = gram - diagonal[..., None] * np.eye(k)
+        assert np.abs(off).max() < 1e-8 * diagonal.max()
+        assert (np.diff(diagonal, axis=-1) <= 0).all()
 
 
 @pytest.mark.parametrize("scaling", ["standardised", "raw"])

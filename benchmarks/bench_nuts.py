@@ -1,6 +1,9 @@
 """ESS per second and leapfrog steps per draw: bayespca's NUTS against naive NumPyro models.
 
-Run: PYTHONPATH=. python benchmarks/bench_nuts.py [--quick]   (one BLAS thread)
+Run: PYTHONPATH=. python benchmarks/bench_nuts.py [--quick | --wide]   (one BLAS thread)
+
+``--wide`` instead times pPCA on wider data (d = 30, 50, 100) with the chains whitened by the
+rotated Laplace factor (:mod:`bayespca.inference.rotated_factor`) and by the dense one.
 
 Models, all on the same data (n=1000, d=20, k=3) in the same process, one chain each:
 
@@ -92,12 +95,65 @@ def _ours(X, warmup, samples, seed):
     return wall, steps, _min_ess(inv), _min_ess(loadings)
 
 
+WIDE_SHAPES = ((1000, 30, 5), (2000, 50, 5), (5000, 100, 10))
+
+
+def _wide_fit(X, k, chains, draws, seed):
+    """Wall time, median leapfrog steps per draw and min bulk ESS of the invariants of one warm fit."""
+    start = time.perf_counter()
+    fit = fit_nuts(prepare(X), ModelSpec("isotropic", k), num_warmup=draws, num_samples=draws,
+                   num_chains=chains, random_state=seed, progress_bar=False)
+    wall = time.perf_counter() - start
+    draws_ = fit.draws
+    eig = np.linalg.svd(draws_.loadings, compute_uv=False) ** 2
+    series = [draws_.noise[..., 0], *np.moveaxis(eig, -1, 0)]
+    ess = min(float(az.ess(np.asarray(s), method="bulk")) for s in series)
+    return wall, float(np.median(draws_.sample_stats["n_steps"])), ess
+
+
+def wide(chains, draws):
+    """pPCA by NUTS on wider data: the rotated Laplace factor against the dense one, same process.
+
+    Warm fits (each configuration compiled by a short fit first), default threads. The dense
+    factor is forced by raising the runner's size threshold.
+    """
+    from bayespca.inference import nuts
+
+    print(f"\npPCA, {chains} chains x ({draws} + {draws}), warm, rotated vs dense Laplace factor")
+    print(f"{'n x d, k':>16} {'p':>5} {'factor':>8} {'wall s':>8} {'steps':>6} {'min ESS':>8} "
+          f"{'ESS/s':>7} {'dense/rotated wall':>19}")
+    threshold = nuts._ROTATED_ABOVE
+    for n, d, k in WIDE_SHAPES:
+        rng = np.random.default_rng(d)
+        w = rng.normal(size=(d, k)) * np.linspace(3.0, 1.0, k)
+        X = rng.normal(size=(n, k)) @ w.T + rng.normal(size=(n, d))
+        p = d * k + k + d + 1
+        walls = {}
+        for label, above in (("rotated", threshold), ("dense", 10**9)):
+            nuts._ROTATED_ABOVE = above
+            fit_nuts(prepare(X), ModelSpec("isotropic", k), num_warmup=2, num_samples=2, num_chains=chains,
+                     random_state=0, progress_bar=False)  # compiles
+            wall, steps, ess = _wide_fit(X, k, chains, draws, 0)
+            walls[label] = wall
+            ratio = f"{walls['dense'] / walls['rotated']:19.1f}" if label == "dense" else ""
+            print(f"{f'{n} x {d}, {k}':>16} {p:5d} {label:>8} {wall:8.1f} {steps:6.0f} {ess:8.0f} "
+                  f"{ess / wall:7.1f}{ratio}", flush=True)
+        nuts._ROTATED_ABOVE = threshold
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument(
         "--quick", action="store_true", help="200+200 draws (naive models 100+100), skip explicit z"
     )
+    parser.add_argument(
+        "--wide", action="store_true",
+        help="only the table of wider data (rotated vs dense Laplace factor, 4 chains x (500 + 500))",
+    )
     args = parser.parse_args()
+    if args.wide:
+        wide(4, 500)
+        return
     warmup = samples = 200 if args.quick else 500
     naive = 100 if args.quick else warmup
     X = _data(1000)

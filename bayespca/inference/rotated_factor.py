@@ -32,15 +32,16 @@ keeps the dense factor.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
 import scipy.linalg
 
-__all__ = ["ROTATED_SITES", "RotatedFactor", "apply", "apply_transpose", "rotated_factor"]
+from bayespca.gaussian import array_namespace
 
-# Sites rotated by the scatter's eigenvectors: Z (d, k) by rows, mu (d,).
-ROTATED_SITES = ("Z", "mu")
+__all__ = ["RotatedFactor", "apply", "apply_transpose", "rotated_factor"]
+
 # |S^-1 Sigma S^-T - I|_F above which the rotated factor is not used.
 _TOLERANCE = 0.1
 
@@ -63,6 +64,7 @@ class RotatedFactor(NamedTuple):
     scales: np.ndarray
 
 
+@functools.cache  # layouts are few per process; apply and its transpose read it at every call
 def _blocks(layout: tuple, d: int) -> tuple[dict, np.ndarray, np.ndarray]:
     """Offsets of the rotated sites, and the core and other positions in ravel order.
 
@@ -93,7 +95,7 @@ def _rotate(layout: tuple, rotation, theta, transpose: bool = False):
     d = q.shape[0]
     offsets, _, _ = _blocks(layout, d)
     pieces, start = [], 0
-    xp = _namespace(theta)
+    xp = array_namespace(theta)[0]
     for offset, shape in sorted(offsets.values()):
         pieces.append(theta[..., start:offset])
         size = int(np.prod(shape))
@@ -104,20 +106,12 @@ def _rotate(layout: tuple, rotation, theta, transpose: bool = False):
     return xp.concatenate(pieces, axis=-1)
 
 
-def _namespace(a):
-    if isinstance(a, np.ndarray):
-        return np
-    import jax.numpy as jnp
-
-    return jnp
-
-
 def apply(layout: tuple, factor: RotatedFactor, xi):
     """``S xi`` for rows ``xi`` (..., p): NumPy or JAX, as ``xi``."""
     d = factor.rotation.shape[0]
     _, core, rest = _blocks(layout, d)
     c = core.size
-    xp = _namespace(xi)
+    xp = array_namespace(xi)[0]
     placed = xp.concatenate([xi[..., :c] @ factor.core.T, xi[..., c:] * factor.scales], axis=-1)
     y = placed[..., np.argsort(np.concatenate([core, rest]))]
     return _rotate(layout, factor.rotation, y)
@@ -128,7 +122,7 @@ def apply_transpose(layout: tuple, factor: RotatedFactor, g):
     d = factor.rotation.shape[0]
     _, core, rest = _blocks(layout, d)
     y = _rotate(layout, factor.rotation, g, transpose=True)
-    xp = _namespace(g)
+    xp = array_namespace(g)[0]
     return xp.concatenate([y[..., core] @ factor.core, y[..., rest] * factor.scales], axis=-1)
 
 

@@ -19,7 +19,7 @@ runner adds three things that make it fast:
    which dominates from a few hundred parameters on; for pPCA the Laplace
    covariance is exactly block-structured once ``Z`` and ``mu`` are rotated
    by the data's principal axes, and above :data:`_ROTATED_ABOVE`
-   parameters ``S`` is that ``O(d^2 k)`` factor
+   parameters (from 30 features) ``S`` is that ``O(d^2 k)`` factor
    (:mod:`bayespca.inference.rotated_factor`; d = 100, k = 10: fits 6.7
    times faster).
 2. *Working units.* Fits run on ``X / scale`` (a power of two,
@@ -119,10 +119,13 @@ _CENTRED_AT = 4.0
 # check run again in W's own coordinates (diabetes and wine, 5 factors or more: 0.32-0.5; the
 # well-mixing cells of 4 factors or fewer: at most 0.26).
 _DEGENERATE_GAP = 0.3
-# Sampled parameters above which pPCA's rotated Laplace factor replaces the dense one: below, the
-# dense p x p product is the cheaper (gradient of the sampled density, one thread: d=30, k=3,
-# p=124: 187 us dense, 243 us rotated; d=30, k=5, p=186: 242 / 198 us; d=50, k=5: 421 / 267 us).
+# Sampled parameters above which, and features from which, pPCA's rotated Laplace factor replaces
+# the dense one: below, the dense p x p product is the cheaper (gradient of the sampled density,
+# one thread: d=30, k=3, p=124: 187 us dense, 243 us rotated; d=30, k=5, p=186: 242 / 198 us;
+# d=50, k=5: 421 / 267 us). Wine (d=13), pPCA k=11 and 12 (p=168, 182): fits 8.6-9.0 s dense,
+# 8.1-21.4 s rotated, its many small operations outweighing a 182 x 182 product.
 _ROTATED_ABOVE = 160
+_ROTATED_FROM_FEATURES = 30
 _EXTRA_FIELDS = ("diverging", "num_steps", "potential_energy", "accept_prob", "energy")
 
 
@@ -908,9 +911,11 @@ def _cheapest_factor(static: _Static, factor: np.ndarray, stats: Any):
 
     The rotated factor costs O(d^2 k) per gradient instead of O(p^2)
     (:mod:`bayespca.inference.rotated_factor`); it needs the complete data's scatter, and pays
-    only above :data:`_ROTATED_ABOVE` parameters.
+    only above :data:`_ROTATED_ABOVE` parameters and from :data:`_ROTATED_FROM_FEATURES` features.
     """
-    if not isinstance(stats, SufficientStatistics) or factor.shape[0] <= _ROTATED_ABOVE:
+    if not isinstance(stats, SufficientStatistics):
+        return factor
+    if factor.shape[0] <= _ROTATED_ABOVE or np.shape(stats.mean)[-1] < _ROTATED_FROM_FEATURES:
         return factor
     rotated = rotated_factor.rotated_factor(static.layout, factor @ factor.T, np.asarray(stats.scatter))
     return factor if rotated is None else rotated

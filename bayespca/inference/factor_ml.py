@@ -44,11 +44,18 @@ feature, or a feature be a Heywood case only at the global optimum).
 Newton runs from the squared multiple correlations (``factanal``'s start)
 and from ``psi = var`` (scikit-learn's, scale-free); when the two agree on
 an optimum without a Heywood case, that is the answer (the usual case:
-two runs). Otherwise it runs from two more starts (scikit-learn's
-alternating iterations from the first and from principal-component
-communalities) and from random uniquenesses, 32 starts in all; a run that
-comes close to an optimum already found stops there. Each start costs
-eigendecompositions of a d x d matrix, independent of ``n``. On
+two runs). Otherwise it tries 30 more starts (scikit-learn's alternating
+iterations from the first and from principal-component communalities, and
+random uniquenesses), 32 in all, together: one projected Newton iteration
+moves every start at once (NumPy's batched ``eigh``, one call for all the
+``S*``), to a scaled gradient of 1e-6, which tells which optimum each start
+heads for; Newton then polishes, best first, each point that is not within
+reach of an optimum already found (a run that comes close to one stops
+there) and could still end below the best. One start at a time paid NumPy's
+call overhead per start and step: the batch made the fits that need the
+starts 1.9 times faster (median over 102 such fits on scikit-learn's
+datasets), at the same optimum in each. Each start costs eigendecompositions
+of a d x d matrix, independent of ``n``. On
 scikit-learn's datasets (iris, wine, diabetes, breast cancer, raw and
 standardised, k up to the Ledermann bound) this never ends below
 scikit-learn's ``FactorAnalysis(tol=1e-8, max_iter=20000)`` and is above it
@@ -107,6 +114,9 @@ _GRADED = 1e3  # ratio of the largest to the smallest sqrt(psi_j) above which S*
 _JOIN_LOW = np.log(1e-4)
 _JOIN = 0.1  # a run this close (every log psi_j) to a known optimum stops
 _STATIONARY = 1e-7  # scaled gradient below which a stalled Newton run counts as converged
+_SCREENED = 1e-6  # scaled gradient at which the screen of many starts leaves a point to Newton
+_SCREEN_ITER = 60  # most batched steps of the screen
+_SCREEN_HALVINGS = 12  # a screened row that needs a shorter step is left to Newton
 
 
 class Profile(NamedTuple):
@@ -126,8 +136,9 @@ class Profile(NamedTuple):
         Sum of the magnitudes of the terms of ``f``: its rounding error is
         about ``eps * magnitude``.
     spectrum : tuple
-        ``(theta, vectors, active)`` of ``S*``, from which the Hessian is
-        computed when it is needed (:func:`with_hessian`).
+        ``(theta, vectors, a)``: the eigenpairs of ``S*`` and the number of
+        factors with ``theta_i > 1``, from which the Hessian is computed when
+        it is needed (:func:`with_hessian`).
     """
 
     value: float
@@ -174,28 +185,52 @@ def profile(x: np.ndarray, corr: np.ndarray, k: int, hessian: bool = False) -> P
         theta, vectors = _jacobi_eigh(factor if factor is not None else correlation(matrix).factor, sd)
     else:
         theta, vectors = _graded_eigh(matrix * np.multiply.outer(inv, inv), diag)
-    # Theta decreases, so the factors with theta_i > 1 are the first ``a``.
-    a = int(np.count_nonzero(theta[:k] > 1.0))
-    ta, ua = theta[:a], vectors[:, :a]
+    terms = _terms(x[None], diag[None], theta[None], vectors[None], k)
+    value, gradient, w, magnitude = (float(terms.value[0]), terms.gradient[0], terms.loadings[0],
+                                     float(terms.magnitude[0]))
+    prof = Profile(value, gradient, None, w, diag, magnitude, (theta, vectors, int(terms.active[0])))
+    return with_hessian(prof) if hessian else prof
+
+
+class _Terms(NamedTuple):
+    """:func:`profile`'s quantities for a stack of ``m`` points ``x`` (arrays with a leading axis m)."""
+
+    value: np.ndarray
+    gradient: np.ndarray
+    loadings: np.ndarray
+    magnitude: np.ndarray
+    active: np.ndarray  # |A|, the number of factors with theta_i > 1
+
+
+def _terms(x, diag, theta, vectors, k) -> _Terms:
+    """f, its gradient, ``W(psi)`` and f's magnitude at each row of ``x``, from the eigenpairs of ``S*``.
+
+    ``theta`` (m, d) decreasing, ``vectors`` (m, d, d) its columns, ``diag`` (m, d) ``S*_jj``.
+    """
+    head = theta[:, :k]
+    in_a = head > 1.0  # theta decreases: A is the first |A| factors
+    ta = np.where(in_a, head, 1.0)
     log_ta = np.log(ta)
     # sum_{i in A} (log theta_i + 1) + sum_{i not in A} theta_i: the huge eigenvalues
     # of a psi_j near 0 enter through their logarithm, not through tr S* - theta_1.
-    rest = theta[a:]
-    value = float(x.sum() + log_ta.sum() + a + rest.sum())
-    gradient = 1.0 - diag + (ua * ua) @ (ta - 1.0)
-    w = np.zeros((x.size, k))
-    w[:, :a] = sd[:, None] * ua * np.sqrt(ta - 1.0)
-    magnitude = float(np.abs(x).sum() + np.abs(log_ta).sum() + np.abs(rest).sum())
-    prof = Profile(value, gradient, None, w, diag, magnitude, (theta, vectors, np.arange(a)))
-    return with_hessian(prof) if hessian else prof
+    terms = np.concatenate([x, log_ta, np.where(in_a, 0.0, head), theta[:, k:]], axis=1)
+    a = np.count_nonzero(in_a, axis=1)
+    value = terms.sum(axis=1) + a
+    excess = ta - 1.0  # 0 outside A
+    uk = vectors[:, :, :k]
+    gradient = 1.0 - diag + ((uk * uk) @ excess[:, :, None])[:, :, 0]
+    loadings = np.exp(0.5 * x)[:, :, None] * uk * np.sqrt(excess)[:, None, :]
+    magnitude = np.abs(terms).sum(axis=1)
+    return _Terms(value, gradient, loadings, magnitude, a)
 
 
 def with_hessian(prof: Profile) -> Profile:
     """``prof`` with its Hessian (module notes), from the eigenpairs it holds; O(|A| d^3)."""
     if prof.hessian is not None:
         return prof
-    theta, vectors, active = prof.spectrum
-    return prof._replace(hessian=_hessian(theta, vectors, active, prof.scaled_diagonal))
+    theta, vectors, a = prof.spectrum
+    hess = _hessians(theta[None], vectors[None], np.array([a]), prof.scaled_diagonal[None])
+    return prof._replace(hessian=hess[0])
 
 
 class Correlation(NamedTuple):
@@ -256,19 +291,29 @@ def _graded_eigh(a, diag):
     return theta[::-1], unsorted[:, ::-1]
 
 
-def _hessian(theta, vectors, active, diag):
-    d, a = theta.size, active.size
-    hess = np.diag(diag)
-    if a == 0:
-        return hess
-    t = theta[:a, None]  # the active factors are the first a (theta decreases)
-    weights = np.empty((a, d))
-    weights[:, :a] = 0.5 * (t + theta[:a])
-    weights[np.arange(a), np.arange(a)] = theta[:a]
+def _hessians(theta, vectors, a, diag):
+    """Hessians of f (module notes) for a stack: ``theta`` (m, d), ``vectors`` (m, d, d), ``a`` (m,) = |A|."""
+    m, d = theta.shape
+    hess = diag[:, :, None] * np.eye(d)
+    if m == 1:  # a single point (Newton's): no grouping
+        return hess - _curvature(theta, vectors, int(a[0])) if a[0] > 0 else hess
+    for count in np.unique(a[a > 0]):
+        rows = a == count
+        hess[rows] -= _curvature(theta[rows], vectors[rows], int(count))
+    return hess
+
+
+def _curvature(theta, vectors, a):
+    """The eigenvector-perturbation part of the Hessian, for points with the same ``|A| = a > 0``."""
+    m, d = theta.shape
+    t = theta[:, :a, None]  # the active factors are the first a (theta decreases)
+    weights = np.empty((m, a, d))
+    weights[:, :, :a] = 0.5 * (t + theta[:, None, :a])
+    weights[:, np.arange(a), np.arange(a)] = theta[:, :a]
     # theta_i > 1 >= theta_m here, so the denominators are positive.
-    weights[:, a:] = (t - 1.0) * (t + theta[a:]) / (t - theta[a:])
-    products = (vectors[:, :a, None] * vectors[:, None, :]).reshape(d, a * d)  # u_ji u_jm
-    return hess - (products * weights.ravel()) @ products.T
+    weights[:, :, a:] = (t - 1.0) * (t + theta[:, None, a:]) / (t - theta[:, None, a:])
+    products = (vectors[:, :, :a, None] * vectors[:, :, None, :]).reshape(m, d, a * d)  # u_ji u_jm
+    return (products * weights.reshape(m, 1, a * d)) @ products.transpose(0, 2, 1)
 
 
 # --------------------------------------------------------------- Newton
@@ -295,12 +340,10 @@ def _newton_direction(hess, gradient):
     """``-H^{-1} g`` with ``H`` made positive definite (eigenvalues raised to a fraction of the largest)."""
     if gradient.size == 0:  # every coordinate held at its bound
         return np.zeros(0)
-    try:  # the usual case near an optimum, at a third of the cost
-        chol = np.linalg.cholesky(hess)
-        if np.min(np.diag(chol)) ** 2 > 1e-8 * max(float(np.max(np.diag(hess))), 1.0):
-            return -scipy.linalg.cho_solve((chol, True), gradient, check_finite=False)
-    except np.linalg.LinAlgError:
-        pass
+    # the usual case near an optimum, at a third of the cost (LAPACK directly: d is small)
+    chol, info = scipy.linalg.lapack.dpotrf(hess, lower=1)
+    if info == 0 and np.min(np.diag(chol)) ** 2 > 1e-8 * max(float(np.max(np.diag(hess))), 1.0):
+        return -scipy.linalg.lapack.dpotrs(chol, gradient, lower=1)[0]
     lam, vec = np.linalg.eigh(hess)
     top = max(float(np.max(np.abs(lam), initial=0.0)), 1.0)
     lam = np.maximum(np.abs(lam), 1e-8 * top)
@@ -330,9 +373,7 @@ def _newton(x, corr, k, lower, *, tol, max_iter, known=()) -> _Run:
         if found is None:  # no progress beyond rounding: stationary to working precision
             return _Run(x, prof, trace, it - 1, size <= _STATIONARY)
         x, gain, prof = found
-        # (All psi_j below 1e-4 count as equal: a run creeps to a Heywood floor.)
-        here = np.maximum(x, _JOIN_LOW)
-        if any(np.max(np.abs(here - np.maximum(x_known, _JOIN_LOW))) < _JOIN for x_known in known):
+        if _joins(x, known):
             return _Run(x, prof, trace, it, False, joined=True)
         prof = with_hessian(prof)
         trace.append(min(prof.value, trace[-1]))  # a level step may differ by rounding
@@ -418,6 +459,130 @@ def _line_search(x, step, prof: Profile, corr, k, lower, size):
     return None
 
 
+# --------------------------------------------------------------- many starts at once
+class _Stack(NamedTuple):
+    """Points ``x`` (m, d) with f, its gradient and what the screen needs, one row per start."""
+
+    x: np.ndarray
+    value: np.ndarray
+    gradient: np.ndarray
+    scaled_diagonal: np.ndarray
+    magnitude: np.ndarray
+    loadings: np.ndarray
+    theta: np.ndarray
+    vectors: np.ndarray
+    active: np.ndarray
+    size: np.ndarray  # largest free scaled gradient (screen only; inf until measured)
+
+
+def _stack_profile(x, matrix, k) -> _Stack:
+    """:func:`profile` at each row of ``x`` (m, d), with LAPACK's batched ``eigh`` of each ``S*``.
+
+    Without :func:`profile`'s Jacobi decomposition of the most strongly
+    graded ``S*``: its accuracy matters at the optimum, which :func:`_newton`
+    polishes, not on the way to its basin.
+    """
+    inv = np.exp(-0.5 * x)
+    diag = matrix.diagonal() * inv * inv
+    if np.all(diag.max(axis=1) <= _SORT * diag.min(axis=1)):  # hardly graded: nothing to sort
+        theta, vectors = np.linalg.eigh(matrix * inv[:, :, None] * inv[:, None, :])
+        theta, vectors = theta[:, ::-1], vectors[:, :, ::-1]
+    else:  # sorted by decreasing diagonal, as in _graded_eigh, which keeps the small eigenpairs
+        order = np.argsort(-diag, axis=1, kind="stable")
+        inv_sorted = np.take_along_axis(inv, order, axis=1)
+        theta, sorted_vectors = np.linalg.eigh(matrix[order[:, :, None], order[:, None, :]]
+                                               * inv_sorted[:, :, None] * inv_sorted[:, None, :])
+        vectors = np.empty_like(sorted_vectors)
+        np.put_along_axis(vectors, order[:, :, None], sorted_vectors[:, :, ::-1], axis=1)
+        theta = theta[:, ::-1]
+    terms = _terms(x, diag, theta, vectors, k)
+    return _Stack(x, terms.value, terms.gradient, diag, terms.magnitude, terms.loadings, theta, vectors,
+                  terms.active, np.full(len(x), np.inf))
+
+
+def _rows(stack: _Stack, rows) -> _Stack:
+    return _Stack(*(field[rows] for field in stack))
+
+
+def _put(stack: _Stack, rows, part: _Stack) -> None:
+    for field, new in zip(stack, part, strict=True):
+        field[rows] = new
+
+
+def _screen(xs, matrix, k, lower, max_iter=_SCREEN_ITER) -> _Stack:
+    """Projected Newton from every row of ``xs`` at once, to the loose tolerance ``_SCREENED``.
+
+    Tells which optimum each start heads for at the cost of a few batched
+    eigendecompositions per step, where one run at a time pays NumPy's call
+    overhead per start (a 5 x 5 problem: ~30 us of arithmetic in 150 us).
+    Rows stop at the tolerance, when no step decreases f, or after
+    ``max_iter`` steps; :func:`_polish` finishes the promising ones.
+    """
+    stack = _stack_profile(np.maximum(xs, lower), matrix, k)
+    running = np.ones(len(xs), bool)
+    for _ in range(max_iter):
+        free = (stack.x > lower + 1e-12) | (stack.gradient < 0)
+        stack.size[:] = np.max(np.where(free, np.abs(stack.gradient) / (1.0 + stack.scaled_diagonal), 0.0),
+                               axis=1)
+        running &= stack.size > _SCREENED
+        rows = np.flatnonzero(running)
+        if rows.size == 0:
+            break
+        part = _rows(stack, rows)
+        moved, new = _stack_line_search(part, _stack_steps(part, free[rows], lower), matrix, k, lower)
+        running[rows[~moved]] = False
+        _put(stack, rows[moved], new)
+    return stack
+
+
+def _stack_steps(stack: _Stack, free, lower):
+    """Newton steps for each row, the Hessian made positive definite (:func:`_newton_direction`'s rule).
+
+    Coordinates at their bound stay; those below ``_PIN`` go to it
+    (:func:`_steps`); each step is limited to ``_MAX_STEP`` per coordinate.
+    """
+    pinned = free & (stack.x < _PIN)
+    held = ~free | pinned
+    d = stack.x.shape[1]
+    hess = _hessians(stack.theta, stack.vectors, stack.active, stack.scaled_diagonal)
+    hess = np.where(held[:, :, None] | held[:, None, :], 0.0, hess) + held[:, :, None] * np.eye(d)
+    gradient = np.where(held, 0.0, stack.gradient)
+    lam, vec = np.linalg.eigh(hess)
+    top = np.maximum(np.abs(lam).max(axis=1, keepdims=True), 1.0)
+    lam = np.maximum(np.abs(lam), 1e-8 * top)
+    step = -(vec @ ((gradient[:, None, :] @ vec)[:, 0] / lam)[:, :, None])[:, :, 0]
+    return np.where(pinned, lower - stack.x, np.clip(step, -_MAX_STEP, _MAX_STEP))
+
+
+def _stack_line_search(stack: _Stack, step, matrix, k, lower):
+    """Armijo backtracking along each row's projected path (:func:`_trial_points`).
+
+    Returns which rows moved and their new points.
+    """
+    m = len(step)
+    noise = 64 * np.finfo(float).eps * stack.magnitude
+    falling = (step < 0) & (stack.gradient > 0) & (stack.x < lower + _NEAR_FLOOR) & (stack.x > lower)
+    pending, moved = falling.any(axis=1), np.zeros(m, bool)
+    new = _rows(stack, np.arange(m))
+    for i in range(-1, _SCREEN_HALVINGS):  # -1: the floor trial, for the rows with falling coordinates
+        rows = np.flatnonzero(pending)
+        if rows.size:
+            x = stack.x[rows]
+            trial = np.maximum(x + 0.5 ** max(i, 0) * step[rows], lower)
+            if i < 0:
+                trial = np.where(falling[rows], lower, trial)
+            cand = _stack_profile(trial, matrix, k)
+            slope = np.sum(stack.gradient[rows] * (trial - x), axis=1)
+            before = stack.value[rows]
+            ok = (cand.value <= before + _ARMIJO * slope) & (cand.value < before - noise[rows])
+            _put(new, rows[ok], _rows(cand, ok))
+            moved[rows[ok]] = True
+        pending = ~moved
+        if moved.all():
+            break
+    return moved, _rows(new, moved)
+
+
 # --------------------------------------------------------------- starts
 def _deterministic_starts(corr, k, lower):
     """Squared multiple correlations (R's ``factanal``) and ``psi = var`` (scikit-learn's, scale-free)."""
@@ -432,34 +597,65 @@ def _deterministic_starts(corr, k, lower):
     return [np.maximum(np.log(np.clip(v, 1e-3, 1.0)), lower) for v in (smc, np.ones(d), pca)]
 
 
-def _alternating(x, corr, k, lower, n_iter=_ALTERNATING):
-    """Iterations ``psi <- max(diag(R - W(psi) W(psi)^T), floor)``: scikit-learn's, as a start.
+def _joins(x, known) -> bool:
+    """Whether ``x`` is within ``_JOIN`` (every ``log psi_j``) of one of the ``known`` optima.
+
+    All ``psi_j`` below 1e-4 count as equal: a run creeps to a Heywood floor.
+    """
+    here = np.maximum(x, _JOIN_LOW)
+    return any(np.max(np.abs(here - np.maximum(x_known, _JOIN_LOW))) < _JOIN for x_known in known)
+
+
+def _alternating(x, matrix, k, lower, n_iter=_ALTERNATING):
+    """Iterations ``psi <- max(diag(R - W(psi) W(psi)^T), floor)`` on a stack of starts: scikit-learn's.
 
     They move uphill along a different path than Newton's and often end in
     another basin, which is what a start is for on rugged likelihoods.
     """
     for _ in range(n_iter):
-        w = profile(x, corr, k).loadings
-        x = np.maximum(np.log(np.maximum(1.0 - np.sum(w**2, axis=1), 1e-300)), lower)
+        w = _stack_profile(x, matrix, k).loadings
+        x = np.maximum(np.log(np.maximum(1.0 - np.sum(w**2, axis=2), 1e-300)), lower)
     return x
 
 
 def _multistart(corr, k, lower, n_starts, rng, tol, max_iter):
-    """Newton from the default starts; see :func:`fit_factor_analysis`."""
+    """Newton from the default starts; see :func:`fit_factor_analysis`.
+
+    Returns the runs polished by :func:`_newton` and the objective reached
+    from each start (in the order of the starts).
+    """
     smc, ones, pca = _deterministic_starts(corr.matrix, k, lower)
     runs = [_newton(smc, corr, k, lower, tol=tol, max_iter=max_iter)]
     if n_starts < 2:
-        return runs, runs[0]
+        return runs, [runs[0].prof.value]
     runs.append(_newton(ones, corr, k, lower, tol=tol, max_iter=max_iter, known=[runs[0].x]))
-    best = _best(runs)
-    if (runs[1].joined or _agree(runs[0], runs[1])) and np.min(best.x) > _BENIGN:
-        return runs, best
-    more = [_alternating(smc, corr, k, lower), _alternating(pca, corr, k, lower)]
-    while len(runs) < n_starts:
-        x0 = more.pop(0) if more else np.maximum(np.log(rng.uniform(0.05, 1.0, lower.size)), lower)
+    reached = [r.prof.value for r in runs]
+    if n_starts == 2 or ((runs[1].joined or _agree(runs[0], runs[1])) and np.min(_best(runs).x) > _BENIGN):
+        return runs, reached
+    m = n_starts - 2
+    xs = np.maximum(np.log(rng.uniform(0.05, 1.0, (max(m - 2, 0), lower.size))), lower)
+    xs = np.concatenate([_alternating(np.array([smc, pca]), corr.matrix, k, lower), xs])[:m]
+    return runs, reached + _polish(_screen(xs, corr.matrix, k, lower), runs, corr, k, lower, tol, max_iter)
+
+
+def _polish(screened: _Stack, runs, corr, k, lower, tol, max_iter):
+    """Newton from the screened points, best first, skipping optima already found.
+
+    A screened point that met the screen's tolerance and is worse than the
+    best optimum so far cannot end below it (its remaining decrease is
+    about the squared gradient) and is not polished. Appends the new runs to
+    ``runs``; returns the objective reached from each screened start.
+    """
+    reached = screened.value.copy()
+    for i in np.argsort(screened.value, kind="stable"):
         known = [r.x for r in runs if not r.joined]
-        runs.append(_newton(x0, corr, k, lower, tol=tol, max_iter=max_iter, known=known))
-    return runs, _best(runs)
+        lowest = _best(runs).prof.value
+        worse = screened.size[i] <= _SCREENED and screened.value[i] > lowest + 1e-9 * (1 + abs(lowest))
+        if worse or _joins(screened.x[i], known):
+            continue
+        runs.append(_newton(screened.x[i], corr, k, lower, tol=tol, max_iter=max_iter, known=known))
+        reached[i] = runs[-1].prof.value
+    return reached.tolist()
 
 
 def _agree(a: _Run, b: _Run) -> bool:
@@ -495,8 +691,9 @@ class CovarianceFit(NamedTuple):
     scaled_gradient : float
         Largest free ``|df/d log psi_j| / (1 + S_jj / psi_j)`` at the end.
     start_objectives : list of float
-        The optimum reached from each start (where it stopped, for a start that
-        joined an optimum already found).
+        The objective reached from each start: where Newton ended, or, for a
+        start that joined an optimum already found or could not beat the
+        best, where it stopped.
     at_floor : ndarray of bool, shape (d,)
     """
 
@@ -561,11 +758,12 @@ def fit_covariance(
                              np.ones(d, bool))
     corr = correlation(corr)
     if starts is None:
-        runs, best = _multistart(corr, k, lower, n_starts, as_generator(random_state), tol, max_iter)
+        runs, reached = _multistart(corr, k, lower, n_starts, as_generator(random_state), tol, max_iter)
     else:
         xs = [np.maximum(np.log(np.maximum(s[live], 1e-300) / var[live]), lower) for s in starts]
         runs = [_newton(x0, corr, k, lower, tol=tol, max_iter=max_iter) for x0 in xs]
-        best = _best(runs)
+        reached = [r.prof.value for r in runs]
+    best = _best(runs)
     psi = np.array(floor, dtype=float)
     psi[live] = np.exp(best.x) * var[live]
     w = np.zeros((d, k))
@@ -581,7 +779,7 @@ def fit_covariance(
         best.n_iter,
         best.converged,
         _scaled_gradient(best.prof, _free(best.x, lower, best.prof.gradient)),
-        [r.prof.value + shift for r in runs],
+        [value + shift for value in reached],
         at_floor,
     )
 

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bayespca.convergence import ess_bulk, ess_tail, rank_rhat
 from bayespca.gaussian import LatentPosterior, LowRankGaussian, latent_posterior, log_prob, sample
 from bayespca.inference.contract import Draws
 from bayespca.messages import warn
@@ -267,30 +268,27 @@ class SamplingWarning(UserWarning):
 
 def _worst(quantities: dict, chains: int) -> tuple[tuple, tuple]:
     """``(label, R-hat)`` of the largest R-hat and ``(label, ESS)`` of the smallest ESS."""
-    # arviz_stats, not arviz: arviz also imports arviz_plots and matplotlib (0.7 s in a new process).
-    import arviz_stats
-
-    worst_rhat, worst_ess = (None, 1.0), (None, np.inf)
+    labels, series = [], []
     for name, value in quantities.items():
-        series = value.reshape(*value.shape[:2], -1)
-        for j in range(series.shape[-1]):
-            s = series[..., j]
-            if np.ptp(s) == 0:
-                continue
-            if chains == 1:  # ArviZ gives NaN for one chain: compare its two halves (split R-hat)
-                half = s.shape[1] // 2
-                rhat = float(arviz_stats.rhat(s[0, : 2 * half].reshape(2, half))) if half >= 2 else 1.0
-            else:
-                rhat = float(arviz_stats.rhat(s))
-            rhat = rhat if np.isfinite(rhat) else np.inf  # a stuck chain
-            bulk, tail = arviz_stats.ess(s, method="bulk"), arviz_stats.ess(s, method="tail", prob=0.9)
-            ess = min(float(bulk), float(tail))
-            label = name if series.shape[-1] == 1 else f"{name}[{j}]"
-            if rhat > worst_rhat[1]:
-                worst_rhat = (label, rhat)
-            if ess < worst_ess[1]:
-                worst_ess = (label, ess)
-    return worst_rhat, worst_ess
+        flat = value.reshape(*value.shape[:2], -1)
+        for j in range(flat.shape[-1]):
+            if np.ptp(flat[..., j]) > 0:
+                labels.append(name if flat.shape[-1] == 1 else f"{name}[{j}]")
+                series.append(flat[..., j])
+    if not series:
+        return (None, 1.0), (None, np.inf)
+    series = np.stack(series)
+    if chains == 1:  # one chain: compare its two halves (split R-hat), where ArviZ gives NaN
+        half = series.shape[2] // 2
+        rhat = rank_rhat(series[:, 0, : 2 * half].reshape(-1, 2, half)) if half >= 2 else np.ones(len(labels))
+    else:
+        rhat = rank_rhat(series)
+    rhat = np.where(np.isfinite(rhat), rhat, np.inf)  # a stuck chain
+    ess = np.fmin(ess_bulk(series), ess_tail(series, prob=0.9))  # NaN (too few draws) ignored
+    worst_rhat = (labels[int(np.argmax(rhat))], float(np.max(rhat))) if np.max(rhat) > 1.0 else (None, 1.0)
+    if np.isnan(ess).all():
+        return worst_rhat, (None, np.inf)
+    return worst_rhat, (labels[int(np.nanargmin(ess))], float(np.nanmin(ess)))
 
 
 def worst_convergence(draws: Draws, log_lik: np.ndarray | None = None) -> tuple[tuple, tuple]:

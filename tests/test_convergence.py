@@ -1,0 +1,83 @@
+"""R-hat and ESS, vectorised over quantities, against ArviZ's own functions (arviz_stats) to 1e-10."""
+
+import itertools
+
+import arviz_stats
+import numpy as np
+import pytest
+
+from bayespca.convergence import ess_bulk, ess_tail, rank_rhat
+from bayespca.inference.contract import Draws
+from bayespca.posterior import posterior_variables, worst_convergence
+
+
+def _ar1(rng, chains, draws, phi):
+    x = np.zeros((chains, draws))
+    noise = rng.standard_normal((chains, draws))
+    for t in range(1, draws):
+        x[:, t] = phi * x[:, t - 1] + noise[:, t]
+    return x
+
+
+def _cases():
+    # Short and odd chains (Geyer's truncation at its edges), anticorrelated, sticky and
+    # shifted chains (R-hat far from 1), and ties (rounded draws: average ranks).
+    rng = np.random.default_rng(0)
+    for chains, draws, phi, shift, ties in itertools.product(
+        (1, 2, 4), (4, 5, 7, 11, 100, 501, 1000), (0.0, -0.5, 0.7, 0.99), (0.0, 0.5), (False, True)
+    ):
+        x = _ar1(rng, chains, draws, phi) + shift * np.arange(chains)[:, None]
+        yield (np.round(x, 1) if ties else x), (chains, draws, phi, shift, ties)
+
+
+def test_each_statistic_equals_arviz_stats():
+    for x, case in _cases():
+        ours = [f(x[None])[0] for f in (rank_rhat, ess_bulk, ess_tail)]
+        ref = [
+            float(arviz_stats.rhat(x)) if x.shape[0] > 1 else np.nan,
+            float(arviz_stats.ess(x, method="bulk")),
+            float(arviz_stats.ess(x, method="tail", prob=0.9)),
+        ]
+        np.testing.assert_allclose(ours, ref, rtol=1e-10, err_msg=str(case))
+
+
+def test_many_quantities_at_once_equal_one_at_a_time():
+    rng = np.random.default_rng(1)
+    series = np.stack([_ar1(rng, 4, 300, phi) for phi in np.linspace(0.0, 0.95, 6)])
+    series[2] += np.arange(4)[:, None]  # one quantity whose chains disagree
+    for f in (rank_rhat, ess_bulk, ess_tail):
+        np.testing.assert_allclose(f(series), [f(s[None])[0] for s in series], rtol=1e-12)
+
+
+@pytest.mark.parametrize("f", [rank_rhat, ess_bulk, ess_tail])
+def test_nan_draws_and_short_chains_give_nan_as_arviz(f):
+    x = np.random.default_rng(2).standard_normal((3, 4, 50))
+    x[1, 2, 7] = np.nan
+    assert np.isnan(f(x)[1]) and np.isfinite(f(x)[[0, 2]]).all()
+    assert np.isnan(f(x[:, :, :3])).all()  # fewer than 4 draws a chain
+    assert np.isnan(float(arviz_stats.ess(x[0, :, :3], method="bulk")))
+
+
+def test_worst_convergence_equals_a_loop_over_arviz():
+    # What the fit's check computed before: quantity by quantity with ArviZ, over the
+    # rotation-invariant quantities (noise, eigenvalues of W W^T) and the log-likelihood.
+    rng = np.random.default_rng(3)
+    c, n, d, k = 4, 200, 5, 2
+    noise = np.exp(0.5 * np.stack([_ar1(rng, c, n, 0.8) for _ in range(d)], axis=-1) / 2.3)
+    draws = Draws(rng.standard_normal((c, n, d, k)), noise, np.zeros((c, n, d)), "none", "diagonal")
+    log_lik = _ar1(rng, c, n, 0.9) + np.arange(c)[:, None] * 0.3
+    quantities = {q: v for q, v in posterior_variables(draws).items() if q not in ("W", "mu", "inclusion")}
+    quantities["log_lik"] = log_lik
+    rhats, esses = {}, {}
+    for name, value in quantities.items():
+        flat = value.reshape(c, n, -1)
+        for j in range(flat.shape[-1]):
+            label = name if flat.shape[-1] == 1 else f"{name}[{j}]"
+            rhats[label] = float(arviz_stats.rhat(flat[..., j]))
+            bulk = arviz_stats.ess(flat[..., j], method="bulk")
+            esses[label] = min(float(bulk), float(arviz_stats.ess(flat[..., j], method="tail", prob=0.9)))
+    (rhat_label, rhat), (ess_label, ess) = worst_convergence(draws, log_lik)
+    assert rhat_label == max(rhats, key=rhats.get) == "log_lik"
+    assert rhat == pytest.approx(max(rhats.values()), rel=1e-10)
+    assert ess_label == min(esses, key=esses.get)
+    assert ess == pytest.approx(min(esses.values()), rel=1e-10)

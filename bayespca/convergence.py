@@ -93,8 +93,8 @@ def rank_rhat(series: np.ndarray) -> np.ndarray:
     >>> rng = np.random.default_rng(0)
     >>> mixed, stuck = rng.standard_normal((4, 500)), rng.standard_normal((4, 500))
     >>> stuck[0] += 3.0
-    >>> rank_rhat(np.stack([mixed, stuck])).round(2).tolist()
-    [1.0, 1.55]
+    >>> (rank_rhat(np.stack([mixed, stuck])) > 1.01).tolist()  # the second's chain 0 is shifted
+    [False, True]
     """
     series = np.asarray(series, dtype=float)
     out = np.full(series.shape[0], np.nan)

@@ -50,6 +50,7 @@ import pandas as pd
 from arviz_stats.loo.wrapper import SamplingWrapper
 from xarray import DataArray
 
+from bayespca.convergence import ess_mean
 from bayespca.data import as_float_matrix
 from bayespca.messages import shown_above, warn
 from bayespca.params import as_generator, check_bool, check_choice, check_number
@@ -104,8 +105,6 @@ def relative_efficiency(log_likelihood: Any) -> float:
     >>> round(relative_efficiency(rng.normal(size=(4, 500, 3))), 1)  # independent draws
     1.0
     """
-    import arviz_stats
-
     ll = np.asarray(log_likelihood, dtype=float)
     if ll.ndim != 3:
         raise ValueError(f"log_likelihood must have shape (chain, draw, n); got shape {ll.shape}.")
@@ -114,7 +113,7 @@ def relative_efficiency(log_likelihood: Any) -> float:
     # The likelihood, not its log: PSIS weights are its reciprocal. Scaling
     # each row by its maximum leaves the ESS unchanged and avoids underflow.
     lik = np.exp(ll - ll.max(axis=(0, 1), keepdims=True))
-    ess = np.asarray(arviz_stats.ess(lik, method="mean"), dtype=float)
+    ess = ess_mean(np.moveaxis(lik, 2, 0))  # all rows at once (arviz_stats: one at a time, 0.2 s at n = 1000)
     ess = ess[np.isfinite(ess)]  # a constant row (nothing observed) has no ESS
     if ess.size == 0:
         return 1.0

@@ -25,7 +25,8 @@ The effective sample size of ``x`` (split chains) is ``M N / tau`` with
 initial positive sequence (pairs ``rho_{2j} + rho_{2j+1}`` until the first that is not
 positive, made non-increasing: the initial monotone sequence; the next even lag added
 when positive), with ``tau`` at least ``1 / log10(M N)``. The bulk ESS is that of the
-rank-normalised split draws; the tail ESS the smaller of those of the indicators
+rank-normalised split draws, the mean ESS that of the split draws themselves; the tail
+ESS the smaller of those of the indicators
 ``x <= q_0.1`` and ``x <= q_0.9`` (quantiles of all the draws, NumPy's linear method),
 as ``arviz_stats.ess(x, method="tail", prob=0.9)`` computes it.
 
@@ -44,7 +45,7 @@ import scipy.fft
 import scipy.special
 import scipy.stats
 
-__all__ = ["ess_bulk", "ess_tail", "rank_rhat"]
+__all__ = ["ess_bulk", "ess_mean", "ess_tail", "rank_rhat"]
 
 _MIN_DRAWS = 4  # fewer draws a chain: NaN, as ArviZ
 
@@ -124,6 +125,25 @@ def ess_bulk(series: np.ndarray) -> np.ndarray:
     valid = _valid(series, 1)
     if valid.any():
         out[valid] = _ess(_z_scale(_split(series[valid])))
+    return out
+
+
+def ess_mean(series: np.ndarray) -> np.ndarray:
+    """Effective sample size of each quantity's mean: that of its split draws, not rank-normalised.
+
+    ``arviz_stats.ess(x, method="mean")``; shapes and NaN as :func:`ess_bulk`.
+
+    Examples
+    --------
+    >>> draws = np.random.default_rng(0).standard_normal((1, 4, 500))
+    >>> bool(1500 < ess_mean(draws)[0] < 2500)
+    True
+    """
+    series = np.asarray(series, dtype=float)
+    out = np.full(series.shape[0], np.nan)
+    valid = _valid(series, 1)
+    if valid.any():
+        out[valid] = _ess(_split(series[valid]))
     return out
 
 

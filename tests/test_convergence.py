@@ -6,7 +6,7 @@ import arviz_stats
 import numpy as np
 import pytest
 
-from bayespca.convergence import ess_bulk, ess_tail, rank_rhat
+from bayespca.convergence import ess_bulk, ess_mean, ess_tail, rank_rhat
 from bayespca.inference.contract import Draws
 from bayespca.posterior import posterior_variables, worst_convergence
 
@@ -32,11 +32,12 @@ def _cases():
 
 def test_each_statistic_equals_arviz_stats():
     for x, case in _cases():
-        ours = [f(x[None])[0] for f in (rank_rhat, ess_bulk, ess_tail)]
+        ours = [f(x[None])[0] for f in (rank_rhat, ess_bulk, ess_tail, ess_mean)]
         ref = [
             float(arviz_stats.rhat(x)) if x.shape[0] > 1 else np.nan,
             float(arviz_stats.ess(x, method="bulk")),
             float(arviz_stats.ess(x, method="tail", prob=0.9)),
+            float(arviz_stats.ess(x, method="mean")),
         ]
         np.testing.assert_allclose(ours, ref, rtol=1e-10, err_msg=str(case))
 
@@ -45,11 +46,11 @@ def test_many_quantities_at_once_equal_one_at_a_time():
     rng = np.random.default_rng(1)
     series = np.stack([_ar1(rng, 4, 300, phi) for phi in np.linspace(0.0, 0.95, 6)])
     series[2] += np.arange(4)[:, None]  # one quantity whose chains disagree
-    for f in (rank_rhat, ess_bulk, ess_tail):
+    for f in (rank_rhat, ess_bulk, ess_tail, ess_mean):
         np.testing.assert_allclose(f(series), [f(s[None])[0] for s in series], rtol=1e-12)
 
 
-@pytest.mark.parametrize("f", [rank_rhat, ess_bulk, ess_tail])
+@pytest.mark.parametrize("f", [rank_rhat, ess_bulk, ess_tail, ess_mean])
 def test_nan_draws_and_short_chains_give_nan_as_arviz(f):
     x = np.random.default_rng(2).standard_normal((3, 4, 50))
     x[1, 2, 7] = np.nan

@@ -501,12 +501,18 @@ def _stack_profile(x, matrix, k) -> _Stack:
 
 
 def _rows(stack: _Stack, rows) -> _Stack:
-    return _Stack(*(field[rows] for field in stack))
+    """The points ``rows`` (a mask, or increasing indices) of ``stack``; ``stack`` itself if that is all."""
+    everything = rows.all() if rows.dtype == bool else rows.size == len(stack.x)
+    return stack if everything else _Stack(*(field[rows] for field in stack))
 
 
-def _put(stack: _Stack, rows, part: _Stack) -> None:
+def _put(stack: _Stack, rows, part: _Stack) -> _Stack:
+    """``stack`` with its points ``rows`` (increasing indices) replaced by ``part``."""
+    if rows.size == len(stack.x):
+        return part
     for field, new in zip(stack, part, strict=True):
         field[rows] = new
+    return stack
 
 
 def _screen(xs, matrix, k, lower, max_iter=_SCREEN_ITER) -> _Stack:
@@ -531,7 +537,8 @@ def _screen(xs, matrix, k, lower, max_iter=_SCREEN_ITER) -> _Stack:
         part = _rows(stack, rows)
         moved, new = _stack_line_search(part, _stack_steps(part, free[rows], lower), matrix, k, lower)
         running[rows[~moved]] = False
-        _put(stack, rows[moved], new)
+        if moved.any():
+            stack = _put(stack, rows[moved], new)
     return stack
 
 
@@ -557,30 +564,38 @@ def _stack_steps(stack: _Stack, free, lower):
 def _stack_line_search(stack: _Stack, step, matrix, k, lower):
     """Armijo backtracking along each row's projected path (:func:`_trial_points`).
 
-    Returns which rows moved and their new points.
+    Returns which rows moved and their new points (None if none did).
     """
     m = len(step)
     noise = 64 * np.finfo(float).eps * stack.magnitude
     falling = (step < 0) & (stack.gradient > 0) & (stack.x < lower + _NEAR_FLOOR) & (stack.x > lower)
-    pending, moved = falling.any(axis=1), np.zeros(m, bool)
-    new = _rows(stack, np.arange(m))
-    for i in range(-1, _SCREEN_HALVINGS):  # -1: the floor trial, for the rows with falling coordinates
-        rows = np.flatnonzero(pending)
-        if rows.size:
-            x = stack.x[rows]
-            trial = np.maximum(x + 0.5 ** max(i, 0) * step[rows], lower)
-            if i < 0:
-                trial = np.where(falling[rows], lower, trial)
-            cand = _stack_profile(trial, matrix, k)
-            slope = np.sum(stack.gradient[rows] * (trial - x), axis=1)
-            before = stack.value[rows]
-            ok = (cand.value <= before + _ARMIJO * slope) & (cand.value < before - noise[rows])
-            _put(new, rows[ok], _rows(cand, ok))
-            moved[rows[ok]] = True
-        pending = ~moved
-        if moved.all():
+    # Each point's trials in turn: the floor trial where it has falling coordinates, then
+    # steps 1, 1/2, 1/4, ...; one batched evaluation serves every point's next trial.
+    floor_first = falling.any(axis=1)
+    tried = np.zeros(m, int)
+    moved = np.zeros(m, bool)
+    found = []  # (rows, their new points) from each evaluation
+    while True:
+        rows = np.flatnonzero(~moved & (tried < _SCREEN_HALVINGS + floor_first))
+        if rows.size == 0:
             break
-    return moved, _rows(new, moved)
+        x, floor_trial = stack.x[rows], floor_first[rows] & (tried[rows] == 0)
+        t = 0.5 ** np.maximum(tried[rows] - floor_first[rows], 0)
+        trial = np.maximum(x + t[:, None] * step[rows], lower)
+        trial = np.where(floor_trial[:, None] & falling[rows], lower, trial)
+        cand = _stack_profile(trial, matrix, k)
+        slope = np.sum(stack.gradient[rows] * (trial - x), axis=1)
+        before = stack.value[rows]
+        ok = (cand.value <= before + _ARMIJO * slope) & (cand.value < before - noise[rows])
+        tried[rows] += 1
+        if ok.any():
+            found.append((rows[ok], _rows(cand, ok)))
+            moved[rows[ok]] = True
+    if len(found) <= 1:  # the usual case: every point that moves took the same trial
+        return moved, found[0][1] if found else None
+    order = np.argsort(np.concatenate([r for r, _ in found]))
+    parts = [part for _, part in found]
+    return moved, _Stack(*(np.concatenate(fields)[order] for fields in zip(*parts, strict=True)))
 
 
 # --------------------------------------------------------------- starts

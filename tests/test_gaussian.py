@@ -128,3 +128,49 @@ def test_canonical_loadings_removes_rotation():
     assert np.all(np.diff(np.diag(gram)) <= 0)
     idx = np.argmax(np.abs(a.loadings), axis=0)
     assert np.all(a.loadings[idx, np.arange(3)] > 0)
+
+
+def _graded(noise_scale, d=8, k=3, n=60, seed=3):
+    """A model whose first feature's noise is ``noise_scale`` times its variance (a near-Heywood case at
+    small scales), and rows drawn from it."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((d, k))
+    noise = rng.uniform(0.3, 1.2, d)
+    noise[0] = noise_scale * (w[0] @ w[0] + noise[0])
+    g = LowRankGaussian(w, noise, rng.standard_normal(d))
+    return g, rng.multivariate_normal(g.mean, _dense_cov(g), size=n)
+
+
+@pytest.mark.parametrize("noise_scale", [1.0, 1e-3, 1e-6, 1e-9, 1e-12])
+@pytest.mark.parametrize("backend", ["numpy", "jax"])
+def test_statistics_log_likelihood_is_accurate_at_every_signal_to_noise_ratio(noise_scale, backend):
+    # The reference is the row form, a sum of squares with no cancellation (module notes, 2.); the
+    # statistics form goes through the precision, refined only where its error estimate asks.
+    g, X = _graded(noise_scale)
+    xbar = X.mean(axis=0)
+    scatter = (X - xbar).T @ (X - xbar)
+    ref = float(np.sum(gaussian.log_prob(g, X)))
+    if backend == "jax":
+        g = LowRankGaussian(*(jax.numpy.asarray(a) for a in g))
+        stats = jax.jit(gaussian.log_likelihood_from_stats, static_argnums=1)(g, X.shape[0], xbar, scatter)
+    else:
+        stats = gaussian.log_likelihood_from_stats(g, X.shape[0], xbar, scatter)
+    assert float(stats) == pytest.approx(ref, rel=1e-10)
+
+
+@pytest.mark.parametrize("noise_scale", [1.0, 1e-3, 1e-6])
+def test_statistics_log_likelihood_gradient_equals_dense_formula(noise_scale):
+    # d/dC of sum_i log N(x_i | mu, C) is (C^-1 T C^-1 - n C^-1) / 2, T = sum_i (x_i - mu)(x_i - mu)^T:
+    # dW = (C^-1 T C^-1 - n C^-1) W, dpsi = its diagonal / 2, dmu = n C^-1 (xbar - mu).
+    g, X = _graded(noise_scale)
+    n = X.shape[0]
+    xbar = X.mean(axis=0)
+    scatter = (X - xbar).T @ (X - xbar)
+    grads = jax.grad(lambda *p: gaussian.log_likelihood_from_stats(LowRankGaussian(*p), n, xbar, scatter),
+                     argnums=(0, 1, 2))(*(jax.numpy.asarray(a) for a in g))
+    cov = _dense_cov(g)
+    total = scatter + n * np.outer(xbar - g.mean, xbar - g.mean)
+    inner = np.linalg.solve(cov, np.linalg.solve(cov, total).T) - n * np.linalg.inv(cov)
+    expected = (inner @ g.loadings, 0.5 * np.diag(inner), n * np.linalg.solve(cov, xbar - g.mean))
+    for got, want in zip(grads, expected, strict=True):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-7, atol=1e-9 * np.abs(want).max())

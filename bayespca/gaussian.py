@@ -94,7 +94,7 @@ __all__ = [
 _LOG_2PI = 1.8378770664093453
 _ROWS = 1024  # rows per block of the missing-block covariance products
 _SMALL_FACTOR = 32  # batched triangular factors up to this size are inverted by substitution
-_REFINE = 3  # most refinement steps of the precision (module notes, 3.)
+_REFINE = 3  # refinement steps of the precision, where its error estimate asks for them (notes, 3.)
 # Relative error of the precision below which no refinement step is taken (module notes, 3.).
 _PRECISION_TOLERANCE = 1e-13
 _EPS = float(np.finfo(float).eps)
@@ -230,16 +230,14 @@ class _JaxOps:
         self.eigh = jnp.linalg.eigh
         self.cholesky = jnp.linalg.cholesky
         self._solve_triangular = solve_triangular
+        self._cond = jax.lax.cond
 
     def tri_solve(self, chol, b, *, transpose=False):
         return self._solve_triangular(chol, b, lower=True, trans=int(transpose))
 
-    @staticmethod
-    def when(condition, fn, x):
+    def when(self, condition, fn, x):
         """``fn(x)`` if ``condition`` else ``x``, deciding at run time (a traced ``condition``)."""
-        import jax
-
-        return jax.lax.cond(condition, fn, lambda v: v, x)
+        return self._cond(condition, fn, lambda v: v, x)
 
     @staticmethod
     def gram(b):

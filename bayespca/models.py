@@ -74,6 +74,7 @@ argument is traced, so bind them with :func:`functools.partial`.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -278,7 +279,7 @@ def draws_marginal_log_likelihood(draws: tuple, stats: Any) -> jax.Array:
     return jax.lax.map(lambda a: marginal_log_likelihood(LowRankGaussian(*a), stats), draws)
 
 
-def marginal_log_likelihood(g: LowRankGaussian, stats: Any) -> jax.Array:
+def marginal_log_likelihood(g: LowRankGaussian, stats: Any, *, refine: bool = True) -> jax.Array:
     """Total marginal log-likelihood ``sum_i log N(x_{i,O_i} | mu_O, W_O W_O^T + Psi_O)`` from statistics.
 
     ``stats`` is a :class:`~bayespca.statistics.SufficientStatistics`
@@ -295,7 +296,8 @@ def marginal_log_likelihood(g: LowRankGaussian, stats: Any) -> jax.Array:
     initialisation evaluate the model and its gradient eagerly), its ~140
     operations each compiled a program of their own in every new process
     (3 s of a first SVI fit). Complete-data statistics and parameters in
-    NumPy are scored in NumPy, compiling nothing.
+    NumPy are scored in NumPy, compiling nothing. ``refine``: that of
+    :func:`~bayespca.gaussian.log_likelihood_from_stats`.
 
     Examples
     --------
@@ -309,14 +311,15 @@ def marginal_log_likelihood(g: LowRankGaussian, stats: Any) -> jax.Array:
     if isinstance(stats, MissingPatterns) and stats.X is None:
         stats = stack_patterns(stats)  # before jit: the grouping is NumPy work on concrete columns
     if isinstance(stats, SufficientStatistics) and array_namespace(g, stats)[0] is np:
-        return log_likelihood_from_stats(g, stats.n, stats.mean, stats.scatter)  # NumPy: nothing to compile
-    return _compiled_marginal_log_likelihood(LowRankGaussian(*g), stats)
+        # NumPy: nothing to compile
+        return log_likelihood_from_stats(g, stats.n, stats.mean, stats.scatter, refine=refine)
+    return _compiled_marginal_log_likelihood(LowRankGaussian(*g), stats, refine)
 
 
-@jax.jit
-def _compiled_marginal_log_likelihood(g: LowRankGaussian, stats: Any) -> jax.Array:
+@functools.partial(jax.jit, static_argnums=2)
+def _compiled_marginal_log_likelihood(g: LowRankGaussian, stats: Any, refine: bool) -> jax.Array:
     if isinstance(stats, SufficientStatistics):
-        return log_likelihood_from_stats(g, stats.n, stats.mean, stats.scatter)
+        return log_likelihood_from_stats(g, stats.n, stats.mean, stats.scatter, refine=refine)
     if isinstance(stats, MissingPatterns):
         return jnp.sum(log_prob(g, stats.X, stats.observed))
     w, noise, mean = (jnp.asarray(a) for a in g)
@@ -326,7 +329,8 @@ def _compiled_marginal_log_likelihood(g: LowRankGaussian, stats: Any) -> jax.Arr
         block = LowRankGaussian(jnp.where(observed[:, None], w, 0.0), jnp.where(observed, noise, 1.0),
                                 jnp.where(observed, mean, 0.0))
         unobserved = d - jnp.sum(observed)
-        return log_likelihood_from_stats(block, n, block_mean, scatter) + 0.5 * n * unobserved * _LOG_2PI
+        log_lik = log_likelihood_from_stats(block, n, block_mean, scatter, refine=refine)
+        return log_lik + 0.5 * n * unobserved * _LOG_2PI
 
     return jnp.sum(jax.vmap(one)(*(jnp.asarray(a) for a in stats)))
 
@@ -431,7 +435,7 @@ def _shape(X, suff_stats, n_samples, n_features, latent, subsample_size):
 
 def _low_rank_model(
     X, *, noise, n_components, n_samples, n_features, latent, prior, identification, subsample_size,
-    suff_stats, has_missing, reparam,
+    suff_stats, has_missing, reparam, refine_precision,
 ):
     """The model behind :func:`ppca` (isotropic noise) and :func:`factor_analysis`."""
     if latent not in _LATENTS:
@@ -464,7 +468,7 @@ def _low_rank_model(
 
     g = LowRankGaussian(W, psi, mu)
     if suff_stats is not None:
-        numpyro.factor("X", marginal_log_likelihood(g, suff_stats))
+        numpyro.factor("X", marginal_log_likelihood(g, suff_stats, refine=refine_precision))
         return
     observed = None if X is None else _observed_mask(X, has_missing)
     with numpyro.plate("obs", n, subsample_size=subsample_size):
@@ -524,12 +528,18 @@ _MODEL_PARAMETERS = """
     reparam : bayespca.priors.HorseshoeReparam, optional
         For the horseshoe: which loadings to sample centred (same
         posterior, better geometry for NUTS; set by the NUTS runner).
+    refine_precision : bool, default=True
+        With ``suff_stats``: refine ``C^{-1}`` where its Woodbury form loses
+        digits (:func:`bayespca.gaussian.log_likelihood_from_stats`). The
+        NUTS runner passes False where the posterior's signal-to-noise
+        ratios are far from that (a smaller compiled program).
 """
 
 
 def ppca(
     X=None, *, n_components, n_samples=None, n_features=None, latent="marginal", prior=None,
     identification=None, subsample_size=None, suff_stats=None, has_missing=None, reparam=None,
+    refine_precision=True,
 ):
     """Probabilistic PCA (Tipping & Bishop, 1999) as a NumPyro model.
 
@@ -557,12 +567,14 @@ def ppca(
         X, noise="isotropic", n_components=n_components, n_samples=n_samples, n_features=n_features,
         latent=latent, prior=prior, identification=identification, subsample_size=subsample_size,
         suff_stats=suff_stats, has_missing=has_missing, reparam=reparam,
+        refine_precision=refine_precision,
     )
 
 
 def factor_analysis(
     X=None, *, n_components, n_samples=None, n_features=None, latent="marginal", prior=None,
     identification=None, subsample_size=None, suff_stats=None, has_missing=None, reparam=None,
+    refine_precision=True,
 ):
     """Factor analysis as a NumPyro model.
 
@@ -586,6 +598,7 @@ def factor_analysis(
         X, noise="diagonal", n_components=n_components, n_samples=n_samples, n_features=n_features,
         latent=latent, prior=prior, identification=identification, subsample_size=subsample_size,
         suff_stats=suff_stats, has_missing=has_missing, reparam=reparam,
+        refine_precision=refine_precision,
     )
 
 

@@ -174,3 +174,36 @@ def test_statistics_log_likelihood_gradient_equals_dense_formula(noise_scale):
     expected = (inner @ g.loadings, 0.5 * np.diag(inner), n * np.linalg.solve(cov, xbar - g.mean))
     for got, want in zip(grads, expected, strict=True):
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-7, atol=1e-9 * np.abs(want).max())
+
+
+def test_capacitance_norm_is_the_largest_eigenvalue_of_the_capacitance():
+    for noise_scale in (1.0, 1e-6):
+        g, _ = _graded(noise_scale)
+        w, noise = np.asarray(g.loadings), np.asarray(g.noise)
+        dense = np.linalg.eigvalsh(np.eye(w.shape[1]) + w.T @ (w / noise[:, None])).max()
+        assert gaussian.capacitance_norm(g) == pytest.approx(dense, rel=1e-9)
+
+
+@pytest.mark.parametrize("noise_scale", [1.0, 1e-3, 1e-6, 1e-9, 1e-12])
+@pytest.mark.parametrize("backend", ["numpy", "jax"])
+def test_unrefined_statistics_log_likelihood_error_is_eps_n_times_the_capacitance(noise_scale, backend):
+    # The NUTS runner leaves the refinement out below a capacitance norm, on the strength of this bound:
+    # without it the error is about eps * n * lambda_max(M) (module notes, 3.), against the row form
+    # (a sum of squares, no precision: notes, 2.). From 1e-6 on the error is of that order (not far
+    # below it: the bound is what the refinement removes).
+    g, X = _graded(noise_scale)
+    n = X.shape[0]
+    xbar = X.mean(axis=0)
+    scatter = (X - xbar).T @ (X - xbar)
+    ref = float(np.sum(gaussian.log_prob(g, X)))
+    scale = np.finfo(float).eps * n * gaussian.capacitance_norm(g)
+    if backend == "jax":
+        g = LowRankGaussian(*(jax.numpy.asarray(a) for a in g))
+        fn = jax.jit(gaussian.log_likelihood_from_stats, static_argnums=1, static_argnames="refine")
+        got = float(fn(g, n, xbar, scatter, refine=False))
+    else:
+        got = float(gaussian.log_likelihood_from_stats(g, n, xbar, scatter, refine=False))
+    error = abs(got - ref)
+    assert error <= 2 * scale + 1e-13 * abs(ref)
+    if noise_scale <= 1e-6:
+        assert error > 1e-2 * scale

@@ -121,14 +121,19 @@ def _reference_log_posterior(kind, identification, prior, theta, X):
         ("fa", "none", ARD()),
     ],
 )
-def test_sampler_potential_is_the_model_potential(kind, identification, prior):
-    """At random points, the model's potential (what NUTS samples) is the hand-written log posterior."""
+@pytest.mark.parametrize("refine", [True, False])
+def test_sampler_potential_is_the_model_potential(kind, identification, prior, refine):
+    """At random points, the model's potential (what NUTS samples) is the hand-written log posterior.
+
+    With ``refine_precision=False`` (what the runner compiles where the signal-to-noise ratios are
+    moderate, as here) too.
+    """
     from bayespca.models import MODELS
 
     X, _ = _data(80, 5, 2, 0.6, seed=4)
     noise = "isotropic" if kind == "ppca" else "diagonal"
     kwargs = {"n_components": 2, "prior": prior, "identification": identification,
-              "suff_stats": sufficient_statistics(X)}
+              "suff_stats": sufficient_statistics(X), "refine_precision": refine}
     model = MODELS[noise]
     rng = np.random.default_rng(5)
     start = prepare(X)

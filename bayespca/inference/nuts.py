@@ -34,8 +34,11 @@ runner adds three things that make it fast:
    configuration reuses it. Each chain runs the one-chain program, which
    compiles in half the time of a vectorized one, on threads, chains at
    once on a CPU's cores (measured at n=1000, d=20, k=3, 4 chains of
-   500 + 500 draws, 2 cores: 5.5-6 s for the first fit, 1.0 s for the next,
-   each gradient of the sampled density 15 us).
+   500 + 500 draws, 2 cores: 4.6 s for the first fit, 0.9 s for the next,
+   each gradient of the sampled density 15 us). Where the fit's
+   signal-to-noise ratios are moderate (:data:`_UNREFINED_BELOW`), the
+   programs are compiled without the precision's refinement
+   (:mod:`bayespca.gaussian`, notes 3.), a smaller program.
 
 The same runner samples the models whose likelihood reads the rows (the
 Student-t pPCA, the mixture of pPCA: :func:`sample_model`), with the rows
@@ -73,7 +76,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -85,7 +88,7 @@ from numpyro.infer.util import ParamInfo, constrain_fn, potential_energy, uncons
 
 from bayespca import priors as prior_classes
 from bayespca.cache import enable_compilation_cache
-from bayespca.gaussian import LowRankGaussian, canonical_loadings
+from bayespca.gaussian import LowRankGaussian, canonical_loadings, capacitance_norm
 from bayespca.inference import rotated_factor
 from bayespca.inference.contract import Draws, Fit, ModelSpec
 from bayespca.inference.rotated_factor import RotatedFactor
@@ -128,6 +131,16 @@ _DEGENERATE_GAP = 0.3
 _ROTATED_ABOVE = 160
 _ROTATED_FROM_FEATURES = 30
 _EXTRA_FIELDS = ("diverging", "num_steps", "potential_energy", "accept_prob", "energy")
+# lambda_max(M) (gaussian.capacitance_norm) at the ML point, then at the mode, up to which the
+# model's programs leave the precision's refinement out (model option refine_precision=False).
+# Without it the log-likelihood's error is about eps * n * lambda_max(M) (n = 1000, 1e4: 2e-9 nats)
+# and a gradient's in Psi about eps * lambda_max(M)^2 relative (3e-9 at 9e3; test_gaussian): two
+# orders of magnitude of lambda_max(M) to spare before a trajectory would notice (pPCA at 1e9, 300 x 5,
+# sampled unrefined: the same posterior of sigma^2, no divergence). On scikit-learn's four data sets
+# it is below at the FA modes (their ML points, mostly Heywood cases, search with it) but breast
+# cancer's from 15 factors, at every standardised pPCA but breast cancer's k >= 27, and above at raw
+# wine's and breast cancer's pPCA from k = 2. The first fit at d=20, k=3: 5.3 -> 4.0 s.
+_UNREFINED_BELOW = 1e4
 
 
 @dataclass(frozen=True)
@@ -534,13 +547,15 @@ def _param_info(static: _Static, data: dict, xi: np.ndarray) -> ParamInfo:
     return ParamInfo(xi, np.array([float(v) for v, _ in pairs]), gradient)
 
 
-def _sample(static: _Static, data: dict, run: tuple, key: jax.Array, init_scale: float, kept: tuple | None):
+def _sample(static: _Static, data: dict, run: tuple, key: jax.Array, init_scale: float, kept: tuple | None,
+            search: _Static | None = None):
     """Constrained draws (chain * draw, ...) and sampler statistics, chains started around the centre.
 
     ``run`` is ``(num_warmup, num_samples, num_chains, chain_method,
     target_accept_prob, dense_mass, progress_bar)``; each chain starts at
     ``init_scale`` times a standard normal draw in the whitened coordinates
-    (1: a draw of the Laplace approximation).
+    (1: a draw of the Laplace approximation), its potential and gradient
+    from the mode search's program (``search``, default ``static``).
     """
     num_warmup, num_samples, num_chains, chain_method, target_accept_prob, dense_mass, progress_bar = run
     settings = (int(num_warmup), bool(dense_mass), float(target_accept_prob))
@@ -548,7 +563,7 @@ def _sample(static: _Static, data: dict, run: tuple, key: jax.Array, init_scale:
     size = data["centre"].size
     seed, keys, chain_keys = _chain_seeds(key, num_chains)
     normal = np.random.default_rng(np.asarray(seed)).standard_normal((num_chains, size))
-    start = (_param_info(static, data, init_scale * normal), keys, chain_keys)
+    start = (_param_info(search or static, data, init_scale * normal), keys, chain_keys)
     xi, extra = _run_chains(static, settings, data, start, lengths, chain_method, progress_bar)
     sites = _constrained_draws(static, data, xi.reshape(-1, size), kept)
     return jax.tree.map(np.asarray, sites), sample_statistics(extra)
@@ -850,29 +865,31 @@ def fit_nuts(
     row_scale = np.asarray(scales.sd) if noise == "diagonal" else None
     data = {"kwargs": {"prior": priors, "suff_stats": stats, "reparam": reparam}}
     start = (start_point, ml, row_scale, n, prepared.variances / (1.0 if units is None else units**2))
-    static, init_scale = _preconditioned(noise, k, identification, loadings, data, start)
+    search, static, init_scale = _preconditioned(noise, k, identification, loadings, data, start)
     run = (num_warmup, num_samples, num_chains, chain_method, target_accept_prob, dense_mass, progress_bar)
     shape = (num_chains, num_samples)
-    sites, sample_stats = _sample(static, data, run, key, init_scale, _KEPT_SITES)
+    sites, sample_stats = _sample(static, data, run, key, init_scale, _KEPT_SITES, search)
     draws = _draws(sites, sample_stats, identification, reference_w, start_point, noise, shape)
     if spec.identification is None and noise == "diagonal" and _near_degenerate(static, data, loadings):
         if not _chains_agree(draws, stats):
             # W's own coordinates have no singularity; draws reported in the same orientation.
-            static, init_scale = _preconditioned(noise, k, "none", loadings, data, start)
+            search, static, init_scale = _preconditioned(noise, k, "none", loadings, data, start)
             key = jax.random.fold_in(key, 1)
-            sites, sample_stats = _sample(static, data, run, key, init_scale, _KEPT_SITES)
+            sites, sample_stats = _sample(static, data, run, key, init_scale, _KEPT_SITES, search)
             draws = _draws(sites, sample_stats, identification, reference_w, start_point, noise, shape)
     if units is not None:
         draws = draws.to_data_units(units)
     return _posterior_fit(draws, working_stats, n).to_data_units(prepared.scale, prepared.total_observed)
 
 
-def _preconditioned(noise, k, identification, loadings, data, start) -> tuple[_Static, float]:
+def _preconditioned(noise, k, identification, loadings, data, start) -> tuple[_Static, _Static, float]:
     """The sampler's configuration for ``identification``: sets ``data``'s start and Laplace factor.
 
     ``start`` is ``(start_point, ml, row_scale, n, variances)``: the ML point in the reporting
     orientation, the ML fit, FA's polar ``D``, the number of rows and the features' variances.
-    Returns the static configuration and the scale of the chains' initial spread.
+    Returns the static configurations of the mode search and of the sampler (they differ only
+    where the ML point needs the precision's refinement and the mode does not: FA's Heywood
+    cases), and the scale of the chains' initial spread.
     """
     start_point, ml, row_scale, n, variances = start
     reparam = data["kwargs"]["reparam"]
@@ -880,7 +897,7 @@ def _preconditioned(noise, k, identification, loadings, data, start) -> tuple[_S
     if reparam is not None:
         centred = start_point.loadings / reparam.standard_error
         values["W_z"] = np.where(reparam.centred, centred, values["W_z"])
-    options = (("identification", identification), ("n_components", k))
+    options = (("identification", identification), ("n_components", k), _refinement(ml))
     theta = _unconstrained(_Static(MODELS[noise], options, ()), data, values)
     theta = {name: np.asarray(v, dtype=float) for name, v in sorted(theta.items())}
     static = _Static(MODELS[noise], options, tuple((name, v.shape) for name, v in theta.items()))
@@ -904,7 +921,23 @@ def _preconditioned(noise, k, identification, loadings, data, start) -> tuple[_S
     else:
         factor = _rough_scales(theta, n, variances)
     data["centre"], data["factor"] = centre, factor
-    return static, init_scale
+    at_mode = reparam is None and centre.size <= _MAX_LAPLACE_SIZE
+    sampler = _refined_at_centre(static, data) if at_mode and dict(options)["refine_precision"] else static
+    return static, sampler, init_scale
+
+
+def _refinement(g: LowRankGaussian) -> tuple[str, bool]:
+    """The model option ``refine_precision`` for draws near ``g`` (see :data:`_UNREFINED_BELOW`)."""
+    return "refine_precision", capacitance_norm(g) > _UNREFINED_BELOW
+
+
+def _refined_at_centre(static: _Static, data: dict) -> _Static:
+    """``static`` with ``refine_precision`` decided at ``data["centre"]`` (a mode) instead of the ML point."""
+    sites = _constrained_draws(static, data, np.zeros((1, data["centre"].size)), ("W", "sigma", "psi"))
+    w = np.asarray(sites["W"][0])
+    psi = np.asarray(sites["psi"][0] if "psi" in sites else np.full(w.shape[0], sites["sigma"][0] ** 2))
+    options = dict(static.options) | dict([_refinement(LowRankGaussian(w, psi, np.zeros(w.shape[0])))])
+    return replace(static, options=tuple(sorted(options.items())))
 
 
 def _cheapest_factor(static: _Static, factor: np.ndarray, stats: Any):

@@ -265,16 +265,21 @@ def test_missing_values_use_observed_entries():
 
 
 # ----------------------------------------------------------- Pareto k-hat
-def test_high_khat_warns_with_fixes():
-    # A normal-mean model with two short chains and a row 20 sd out: the
-    # importance weights of that row are heavy-tailed.
+def _normal_mean_tree(outlier: float, chains: int, draws: int):
+    """A normal-mean model's draws of ``mu`` for 30 standard normal rows and one at ``outlier``, and
+    ArviZ's own k-hat of its rows (the importance weights of that row are heavy-tailed)."""
     rng = np.random.default_rng(0)
-    x = np.append(rng.normal(size=30), 20.0)
-    mu = x.mean() + rng.normal(size=(2, 100)) / np.sqrt(x.size)
+    x = np.append(rng.normal(size=30), outlier)
+    mu = x.mean() + rng.normal(size=(chains, draws)) / np.sqrt(x.size)
     tree = from_dict({"posterior": {"mu": mu}, "log_likelihood": {"x": -0.5 * (x - mu[..., None]) ** 2}})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        khat = np.asarray(az.loo(tree, pointwise=True).pareto_k)
+        return tree, np.asarray(az.loo(tree, pointwise=True).pareto_k)
+
+
+def test_high_khat_warns_with_fixes():
+    # Two short chains and a row 20 sd out.
+    tree, khat = _normal_mean_tree(20.0, 2, 100)
     assert khat.max() > KHAT_THRESHOLD
     with pytest.warns(ParetoKWarning, match="K-fold") as record:
         res = loo(tree)
@@ -286,13 +291,7 @@ def test_khat_threshold_falls_with_the_number_of_draws():
     # Vehtari et al. (2024): with S draws PSIS is reliable up to k-hat min(1 - 1/log10(S), 0.7), 0.667
     # at S = 1000 (what ArviZ's warning flag reads). A row 6 sd out gives k-hat 0.69 here: above that
     # threshold, below 0.7, so loo warns (the table's warning column and loo's own agree).
-    rng = np.random.default_rng(0)
-    x = np.append(rng.normal(size=30), 6.0)
-    mu = x.mean() + rng.normal(size=(4, 250)) / np.sqrt(x.size)
-    tree = from_dict({"posterior": {"mu": mu}, "log_likelihood": {"x": -0.5 * (x - mu[..., None]) ** 2}})
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        khat = np.asarray(az.loo(tree, pointwise=True).pareto_k)
+    tree, khat = _normal_mean_tree(6.0, 4, 250)
     assert 1 - 1 / np.log10(1000) < khat.max() < KHAT_THRESHOLD
     with pytest.warns(ParetoKWarning, match=r"k-hat > 0\.67 \(the threshold for 1000 draws\) for 1 of 31"):
         loo(tree)

@@ -86,7 +86,13 @@ from jax.scipy.linalg import solve_triangular
 from numpyro.distributions import constraints
 
 from bayespca import priors as prior_classes
-from bayespca.gaussian import LowRankGaussian, array_namespace, log_likelihood_from_stats, log_prob
+from bayespca.gaussian import (
+    LowRankGaussian,
+    array_namespace,
+    draws_log_likelihood_from_stats,
+    log_likelihood_from_stats,
+    log_prob,
+)
 from bayespca.inference.contract import IDENTIFICATIONS
 from bayespca.statistics import MissingPatterns, StackedPatterns, SufficientStatistics, stack_patterns
 
@@ -266,14 +272,22 @@ def initial_values(
     return values
 
 
-@jax.jit
-def draws_marginal_log_likelihood(draws: tuple, stats: Any) -> jax.Array:
+def draws_marginal_log_likelihood(draws: tuple, stats: Any) -> Any:
     """:func:`marginal_log_likelihood` of each draw ``(W, noise, mu)`` (leading axis), shape (m,).
 
-    Compiled once per shape of the draws and of the statistics, which do not
-    depend on the number of rows. Grouped missing patterns are stacked once,
-    outside the loop over draws.
+    Complete-data statistics and draws in NumPy are scored in NumPy, by
+    blocks of draws (:func:`bayespca.gaussian.draws_log_likelihood_from_stats`),
+    compiling nothing; otherwise compiled once per shape of the draws and of
+    the statistics, which do not depend on the number of rows, with grouped
+    missing patterns stacked once, outside the loop over draws.
     """
+    if isinstance(stats, SufficientStatistics) and array_namespace(tuple(draws), stats)[0] is np:
+        return draws_log_likelihood_from_stats(LowRankGaussian(*draws), stats.n, stats.mean, stats.scatter)
+    return _compiled_draws_marginal_log_likelihood(tuple(draws), stats)
+
+
+@jax.jit
+def _compiled_draws_marginal_log_likelihood(draws: tuple, stats: Any) -> jax.Array:
     if isinstance(stats, MissingPatterns) and stats.X is None:
         stats = stack_patterns(stats)
     return jax.lax.map(lambda a: marginal_log_likelihood(LowRankGaussian(*a), stats), draws)

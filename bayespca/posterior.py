@@ -17,7 +17,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from bayespca.convergence import ess_bulk, ess_tail, rank_rhat
-from bayespca.gaussian import LatentPosterior, LowRankGaussian, latent_posterior, log_prob, sample
+from bayespca.gaussian import (
+    LatentPosterior,
+    LowRankGaussian,
+    draws_log_prob,
+    latent_posterior,
+    log_prob,
+    sample,
+)
 from bayespca.inference.contract import Draws
 from bayespca.messages import warn
 from bayespca.params import as_generator
@@ -43,11 +50,14 @@ def pointwise_log_likelihood(draws: Draws, X: np.ndarray) -> np.ndarray:
     """
     arr = np.asarray(X, dtype=float)
     observed = ~np.isnan(arr)
-    values, mask = np.where(observed, arr, 0.0), (observed if (~observed).any() else None)
-    # NumPy, draw by draw: nothing is compiled for a new number of rows (a compiled program per
-    # shape costs memory maps that a long session runs out of).
-    draws_g = zip(*draws.gaussians(), strict=True)
-    out = np.stack([log_prob(LowRankGaussian(*g), values, mask) for g in draws_g])
+    # NumPy: nothing is compiled for a new number of rows (a compiled program per shape costs
+    # memory maps that a long session runs out of). Complete rows: blocks of draws at once.
+    if observed.all():
+        out = draws_log_prob(draws.gaussians(), arr)
+    else:
+        values = np.where(observed, arr, 0.0)
+        each = zip(*draws.gaussians(), strict=True)
+        out = np.stack([log_prob(LowRankGaussian(*g), values, observed) for g in each])
     return out.reshape(*draws.loadings.shape[:2], arr.shape[0])
 
 

@@ -207,3 +207,52 @@ def test_unrefined_statistics_log_likelihood_error_is_eps_n_times_the_capacitanc
     assert error <= 2 * scale + 1e-13 * abs(ref)
     if noise_scale <= 1e-6:
         assert error > 1e-2 * scale
+
+
+def _stacked_draws(m=300, d=6, k=2, seed=4, graded=()):
+    """``m`` draws around one model (a posterior's spread), those in ``graded`` with the first feature's
+    noise 1e-9 of its variance (``lambda_max(M)`` ~ 1e9: the difference forms would lose 9 digits)."""
+    rng = np.random.default_rng(seed)
+    centre = _model(d, k, seed)
+    w = centre.loadings + 0.1 * rng.standard_normal((m, d, k))
+    noise = centre.noise * rng.uniform(0.8, 1.25, (m, d))
+    mean = centre.mean + 0.1 * rng.standard_normal((m, d))
+    for s in graded:
+        noise[s, 0] = 1e-9 * (w[s, 0] @ w[s, 0] + noise[s, 0])
+    return LowRankGaussian(w, noise, mean)
+
+
+def _one(g, s):
+    return LowRankGaussian(*(a[s] for a in g))
+
+
+# Draws 0, 200 and 299 sit in the first and last blocks of 128, with other draws beside them.
+@pytest.mark.parametrize("graded", [(), (0, 200, 299)])
+def test_draws_log_prob_equals_scipy_for_every_draw_and_row(graded):
+    g = _stacked_draws(graded=graded)
+    g = g._replace(mean=g.mean + 100.0)  # far from 0: the rows are centred first
+    X = _data(_one(g, 0), n=50)
+    got = gaussian.draws_log_prob(g, X)
+    ref = np.stack([multivariate_normal(g.mean[s], _dense_cov(_one(g, s))).logpdf(X) for s in range(300)])
+    np.testing.assert_allclose(got, ref, rtol=1e-10)
+
+
+def test_draws_log_prob_scores_large_signal_to_noise_draws_exactly():
+    # At lambda_max(M) ~ 1e9 the difference |y|^2 - |u|^2 keeps ~7 digits; such draws must be scored by
+    # log_prob (the sum-of-squares form), whose result the batched one then equals to rounding.
+    g = _stacked_draws(graded=(5,))
+    X = _data(_one(g, 5), n=50)
+    each = np.asarray(gaussian.log_prob(_one(g, 5), X))
+    np.testing.assert_allclose(gaussian.draws_log_prob(g, X)[5], each, rtol=1e-12)
+    w, noise = g.loadings[5], g.noise[5]
+    assert np.linalg.eigvalsh(np.eye(2) + w.T @ (w / noise[:, None])).max() > 1e8
+
+
+@pytest.mark.parametrize("graded", [(), (3, 130)])
+def test_draws_log_likelihood_from_stats_equals_the_sum_over_rows(graded):
+    g = _stacked_draws(m=140, graded=graded)
+    X = _data(_one(g, 0), n=50)
+    xbar = X.mean(axis=0)
+    got = gaussian.draws_log_likelihood_from_stats(g, 50, xbar, (X - xbar).T @ (X - xbar))
+    ref = [multivariate_normal(g.mean[s], _dense_cov(_one(g, s))).logpdf(X).sum() for s in range(140)]
+    np.testing.assert_allclose(got, ref, rtol=1e-10)

@@ -15,7 +15,7 @@ from threadpoolctl import threadpool_limits
 
 import bayespca  # noqa: F401  (sets float64)
 from bayespca.gaussian import LowRankGaussian, log_prob
-from bayespca.models import factor_analysis, marginal_log_likelihood, ppca
+from bayespca.models import draws_marginal_log_likelihood, factor_analysis, marginal_log_likelihood, ppca
 from bayespca.priors import Priors, as_priors, data_scales, resolve
 from bayespca.statistics import missing_patterns, stack_patterns, sufficient_statistics
 
@@ -373,3 +373,19 @@ def test_the_likelihood_and_its_gradient_run_eagerly_as_one_compiled_program(bac
     c_inv_s, c_inv_w = np.linalg.solve(C, centred.T @ centred), np.linalg.solve(C, g.loadings)
     expected = c_inv_s @ c_inv_w - len(X) * c_inv_w
     np.testing.assert_allclose(np.asarray(gradient), expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("backend", ["numpy", "jax"])
+def test_draws_marginal_log_likelihood_is_each_draws_sum_over_rows(backend):
+    """Per draw, the statistics' total is SciPy's sum over rows: on NumPy input by blocks of draws
+    (nothing compiled), on JAX input by the compiled map over draws."""
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(60, 4)) @ rng.normal(size=(4, 4)) + 2.0
+    draws = (rng.normal(size=(7, 4, 2)), rng.uniform(0.3, 1.2, (7, 4)), 2.0 + rng.normal(size=(7, 4)))
+    reference = [stats.multivariate_normal(m, w @ w.T + np.diag(p)).logpdf(X).sum()
+                 for w, p, m in zip(*draws, strict=True)]
+    if backend == "jax":
+        draws = tuple(jax.numpy.asarray(a) for a in draws)
+    got = draws_marginal_log_likelihood(draws, sufficient_statistics(X))
+    assert isinstance(got, np.ndarray) == (backend == "numpy")
+    np.testing.assert_allclose(np.asarray(got), reference, rtol=1e-10)

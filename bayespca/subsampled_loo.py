@@ -57,6 +57,9 @@ class SubsampledLOO(NamedTuple):
     approximation : ndarray of shape (n_data_points,)
         ``a_i = log (1/S) sum_s p(x_i | theta_s)`` of every row (their sum
         is the in-sample ``lpd``).
+    good_k : float
+        The k-hat above which PSIS is unreliable for the ``S`` draws,
+        ``min(1 - 1 / log10(S), 0.7)`` (ArviZ's ``good_k``).
     """
 
     elpd: float
@@ -68,6 +71,7 @@ class SubsampledLOO(NamedTuple):
     observations: np.ndarray
     elpd_i: np.ndarray
     approximation: np.ndarray
+    good_k: float
 
 
 def loo_subsample(model: Any, X: Any, *, observations: int = 400, seed: Any = 0) -> SubsampledLOO:
@@ -146,7 +150,7 @@ def loo_subsample(model: Any, X: Any, *, observations: int = 400, seed: Any = 0)
     exact = loo(tree, var_name="X", pointwise=True)
     elpd, subsampling_se, se = _difference_estimate(np.asarray(exact.elpd_i), approx[rows], approx)
     return SubsampledLOO(elpd, se, subsampling_se, observations, n, np.asarray(exact.pareto_k), rows,
-                         np.asarray(exact.elpd_i), approx)
+                         np.asarray(exact.elpd_i), approx, float(exact.good_k))
 
 
 def _difference_estimate(sampled: np.ndarray, approx_sampled: np.ndarray, approx_all: np.ndarray):
@@ -187,20 +191,19 @@ def compare_subsampled(results: Mapping[Any, SubsampledLOO]) -> pd.DataFrame:
         Best first: ``rank``, ``elpd``, ``p``, ``elpd_diff`` (``elpd - best``,
         <= 0), ``weight`` (NaN: stacking needs every row's ``elpd_loo``),
         ``se``, ``dse``, ``subsampling_dse``, ``warning`` (a sampled row
-        with ``k-hat > 0.7``) and ``pareto_k_max``.
+        with ``k-hat`` above ``good_k``, the threshold for its number of
+        draws, as :func:`arviz.compare`) and ``pareto_k_max``.
 
     Examples
     --------
     >>> rows = np.array([0, 2])
     >>> a = SubsampledLOO(-10.0, 1.0, 0.1, 2, 4, np.zeros(2), rows, np.array([-2.0, -3.0]),
-    ...                   np.array([-2.0, -2.5, -3.0, -2.5]))
+    ...                   np.array([-2.0, -2.5, -3.0, -2.5]), 0.67)
     >>> b = a._replace(elpd=-12.0, elpd_i=a.elpd_i - 0.5, approximation=a.approximation - 0.5)
     >>> table = compare_subsampled({"a": a, "b": b})
     >>> list(table.index), float(table.loc["b", "elpd_diff"])
     (['a', 'b'], -2.0)
     """
-    from bayespca.comparison import KHAT_THRESHOLD
-
     names = sorted(results, key=lambda name: -results[name].elpd)
     best = results[names[0]]
     rows = []
@@ -221,7 +224,7 @@ def compare_subsampled(results: Mapping[Any, SubsampledLOO]) -> pd.DataFrame:
         khat = float(np.nanmax(r.pareto_k))
         rows.append({"elpd": r.elpd, "p": float(r.approximation.sum()) - r.elpd, "elpd_diff": diff,
                      "weight": np.nan, "se": r.se, "dse": dse, "subsampling_dse": sub_dse,
-                     "warning": khat > KHAT_THRESHOLD, "pareto_k_max": khat})
+                     "warning": khat > r.good_k, "pareto_k_max": khat})
     table = pd.DataFrame(rows, index=pd.Index(names))
     table.insert(0, "rank", np.arange(len(names)))
     return table

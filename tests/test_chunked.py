@@ -263,6 +263,23 @@ def test_subsampled_loo_agrees_with_full_loo():
     assert lazy.elpd == pytest.approx(eager.elpd, rel=1e-12)  # Dask reduction = in-memory values
     assert abs(lazy.elpd - full.elpd) <= lazy.se
     assert abs(lazy.elpd - full.elpd) <= 2 * lazy.subsampling_se
+    # 100 draws: PSIS is unreliable above k-hat 1 - 1/log10(100) = 0.5 (Vehtari et al. 2024).
+    assert lazy.good_k == eager.good_k == pytest.approx(0.5)
+
+
+def test_compare_subsampled_flags_k_hat_above_the_threshold_for_the_draws():
+    from bayespca.subsampled_loo import SubsampledLOO, compare_subsampled
+
+    rows = np.array([0, 2])
+    approximation = np.array([-2.0, -2.5, -3.0, -2.5])
+    # k-hat 0.6: reliable at 2000 draws (threshold 0.7), not at 100 (0.5).
+    khat, elpd_i = np.array([0.1, 0.6]), np.array([-2.0, -3.0])
+    good_k = min(1 - 1 / np.log10(100), 0.7)
+    a = SubsampledLOO(-10.0, 1.0, 0.1, 2, 4, khat, rows, elpd_i, approximation, good_k)
+    b = a._replace(elpd=-12.0, elpd_i=a.elpd_i - 0.5, approximation=approximation - 0.5,
+                   good_k=min(1 - 1 / np.log10(2000), 0.7))
+    table = compare_subsampled({"a": a, "b": b})
+    assert table["warning"].to_dict() == {"a": True, "b": False}
 
 
 def _full_loo_of(model, X):

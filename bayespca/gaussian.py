@@ -650,7 +650,7 @@ def draws_log_prob(g: LowRankGaussian, X) -> np.ndarray:
     noise (m, d), mean (m, d); ``X`` (n, d) complete, NumPy. With ``x``
     centred at the column means of ``X`` (so that ``mu_s`` is near 0),
     ``B_s = Psi_s^{-1} W_s L_s^{-T}`` (``L_s L_s^T = M_s``) and
-    ``r = x - mu_s``,
+    ``r = x - mu_s``::
 
         (x - mu)^T C^{-1} (x - mu) = sum_j r_j^2 / psi_j - |B^T r|^2,
 

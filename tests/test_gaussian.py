@@ -237,6 +237,15 @@ def test_draws_log_prob_equals_scipy_for_every_draw_and_row(graded):
     np.testing.assert_allclose(got, ref, rtol=1e-10)
 
 
+def test_draws_log_prob_in_blocks_bounded_by_rows_equals_log_prob(monkeypatch):
+    # Blocks of draws shrink with the rows so that their products stay small: here blocks of 3 draws.
+    monkeypatch.setattr(gaussian, "_BLOCK_VALUES", 300)
+    g = _stacked_draws(m=10, graded=(4,))
+    X = _data(_one(g, 0), n=50)
+    each = np.stack([gaussian.log_prob(_one(g, s), X) for s in range(10)])
+    np.testing.assert_allclose(gaussian.draws_log_prob(g, X), each, rtol=1e-10)
+
+
 def test_draws_log_prob_scores_large_signal_to_noise_draws_exactly():
     # At lambda_max(M) ~ 1e9 the difference |y|^2 - |u|^2 keeps ~7 digits; such draws must be scored by
     # log_prob (the sum-of-squares form), whose result the batched one then equals to rounding.

@@ -638,9 +638,14 @@ def _by_blocks(g: LowRankGaussian, centre: np.ndarray, benign_part, exact_one, r
     for start in range(0, m, size):
         block = LowRankGaussian(*(np.asarray(a, dtype=float)[start:start + size] for a in g))
         factors = _draw_factors(block, centre)
+        others = np.flatnonzero(~factors.benign)
+        exact = {s: exact_one(LowRankGaussian(*(a[s] for a in block))) for s in others}
+        if len(exact) == factors.benign.size:  # raw data of large signal-to-noise ratios: every draw
+            blocks.append(np.stack([exact[s] for s in range(factors.benign.size)]))
+            continue
         out = benign_part(factors)
-        for s in np.flatnonzero(~factors.benign):
-            out[s] = exact_one(LowRankGaussian(*(a[s] for a in block)))
+        for s, value in exact.items():
+            out[s] = value
         blocks.append(out)
     return np.concatenate(blocks)
 

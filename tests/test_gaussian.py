@@ -238,9 +238,10 @@ def test_draws_log_prob_equals_scipy_for_every_draw_and_row(graded):
 
 
 def test_draws_log_prob_in_blocks_bounded_by_rows_equals_log_prob(monkeypatch):
-    # Blocks of draws shrink with the rows so that their products stay small: here blocks of 3 draws.
+    # Blocks of draws shrink with the rows so that their products stay small: here blocks of 3 draws,
+    # the second all of large signal-to-noise ratio, the third partly.
     monkeypatch.setattr(gaussian, "_BLOCK_VALUES", 300)
-    g = _stacked_draws(m=10, graded=(4,))
+    g = _stacked_draws(m=10, graded=(3, 4, 5, 7))
     X = _data(_one(g, 0), n=50)
     each = np.stack([gaussian.log_prob(_one(g, s), X) for s in range(10)])
     np.testing.assert_allclose(gaussian.draws_log_prob(g, X), each, rtol=1e-10)

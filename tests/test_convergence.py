@@ -6,6 +6,7 @@ import arviz_stats
 import numpy as np
 import pytest
 
+from bayespca import convergence
 from bayespca.convergence import ess_bulk, ess_mean, ess_tail, rank_rhat
 from bayespca.inference.contract import Draws
 from bayespca.posterior import posterior_variables, worst_convergence
@@ -42,7 +43,10 @@ def test_each_statistic_equals_arviz_stats():
         np.testing.assert_allclose(ours, ref, rtol=1e-10, err_msg=str(case))
 
 
-def test_many_quantities_at_once_equal_one_at_a_time():
+@pytest.mark.parametrize("block", [None, 2400])
+def test_many_quantities_at_once_equal_one_at_a_time(block, monkeypatch):
+    if block is not None:  # in blocks of two quantities (of 1200 draws each), as many quantities go
+        monkeypatch.setattr(convergence, "_BLOCK_VALUES", block)
     rng = np.random.default_rng(1)
     series = np.stack([_ar1(rng, 4, 300, phi) for phi in np.linspace(0.0, 0.95, 6)])
     series[2] += np.arange(4)[:, None]  # one quantity whose chains disagree

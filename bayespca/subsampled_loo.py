@@ -97,7 +97,7 @@ def loo_subsample(model: Any, X: Any, *, observations: int = 400, seed: Any = 0)
 
     Notes
     -----
-    PSIS-LOO of the sampled rows is ``arviz_stats.loo``; the difference
+    PSIS-LOO of the sampled rows is :func:`bayespca.psis.psis_loo` (ArviZ's ``loo``); the difference
     estimator and its standard errors are ArviZ's (``azstats.diff_srs_estimator``),
     the computation of ``arviz_stats.loo_subsample`` with the approximation
     reduced by Dask.
@@ -113,13 +113,13 @@ def loo_subsample(model: Any, X: Any, *, observations: int = 400, seed: Any = 0)
     >>> bool(result.subsampling_se > 0), result.subsample_size
     (True, 100)
     """
-    from arviz_base import from_dict
-    from arviz_stats import loo
     from scipy.special import logsumexp
+    from xarray import DataArray
 
     from bayespca.chunked import is_chunked, lazy_pointwise
     from bayespca.data import check_is_fitted, validate_transform
     from bayespca.posterior import pointwise_log_likelihood
+    from bayespca.psis import psis_loo
 
     check_is_fitted(model, "gaussian_")
     draws = getattr(model, "nuts_", None)
@@ -143,11 +143,7 @@ def loo_subsample(model: Any, X: Any, *, observations: int = 400, seed: Any = 0)
     else:
         approx, sampled = logsumexp(flat, axis=0), pointwise[..., rows]
     approx = approx - np.log(n_draws)
-    tree = from_dict(
-        {"posterior": {"mu": draws.mean}, "log_likelihood": {"X": sampled}},
-        dims={"mu": ["feature"], "X": ["obs"]},
-    )
-    exact = loo(tree, var_name="X", pointwise=True)
+    exact = psis_loo(DataArray(sampled, dims=["chain", "draw", "obs"]))
     elpd, subsampling_se, se = _difference_estimate(np.asarray(exact.elpd_i), approx[rows], approx)
     return SubsampledLOO(elpd, se, subsampling_se, observations, n, np.asarray(exact.pareto_k), rows,
                          np.asarray(exact.elpd_i), approx, float(exact.good_k))

@@ -25,9 +25,9 @@ from bayespca.comparison import (
     compare,
     compare_n_components,
     loo,
-    relative_efficiency,
 )
 from bayespca.posterior import to_datatree
+from bayespca.psis import relative_efficiency
 
 NUTS = dict(num_warmup=200, num_samples=300, num_chains=2)
 # Refits for K-fold: one chain is enough for a held-out density.
@@ -180,19 +180,6 @@ def test_rotated_loadings_leave_loo_and_reff_unchanged(three, result):
     # rotated W drags it far below the invariant one.
     ess_w = az.ess(tree_rot["posterior"]["W"].values, method="mean").mean() / (chains * draws)
     assert ess_w < 0.5 * relative_efficiency(ll)
-
-
-def test_relative_efficiency_of_autocorrelated_draws():
-    # AR(1) draws of a mean: the ESS of a posterior mean is S (1 - rho) / (1 + rho).
-    rng = np.random.default_rng(0)
-    rho, chains, draws = 0.8, 4, 4000
-    theta = np.empty((chains, draws))
-    theta[:, 0] = rng.normal(size=chains)
-    for s in range(1, draws):
-        theta[:, s] = rho * theta[:, s - 1] + np.sqrt(1 - rho**2) * rng.normal(size=chains)
-    # A likelihood nearly linear in theta inherits its autocorrelation.
-    ll = 0.01 * theta[..., None] * np.ones(3)
-    assert relative_efficiency(ll) == pytest.approx((1 - rho) / (1 + rho), rel=0.15)
 
 
 # ------------------------------------------------- ArviZ interoperability

@@ -681,6 +681,12 @@ def draws_log_prob(g: LowRankGaussian, X) -> np.ndarray:
     True
     """
     X = np.asarray(X, dtype=float)
+    if X.ndim != 2:
+        raise ValueError(f"X must have shape (n, d); got shape {X.shape}.")
+    if not np.all(np.isfinite(X)):
+        bad = np.flatnonzero(~np.isfinite(X).all(axis=1))
+        raise ValueError(f"X must be finite (rows with NaN: log_prob with observed=); got non-finite "
+                         f"entries in rows {bad[:5].tolist()}{' ...' if bad.size > 5 else ''}.")
     centre = X.mean(axis=0)
     rows = X - centre
 

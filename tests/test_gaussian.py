@@ -258,6 +258,16 @@ def test_draws_log_prob_scores_large_signal_to_noise_draws_exactly():
     assert np.linalg.eigvalsh(np.eye(2) + w.T @ (w / noise[:, None])).max() > 1e8
 
 
+def test_draws_log_prob_refuses_rows_with_nan():
+    g = _stacked_draws(m=3)
+    X = _data(_one(g, 0), n=10)
+    X[[2, 7], 1] = np.nan
+    with pytest.raises(ValueError, match=r"non-finite entries in rows \[2, 7\]"):
+        gaussian.draws_log_prob(g, X)
+    with pytest.raises(ValueError, match=r"shape \(n, d\); got shape \(10,\)"):
+        gaussian.draws_log_prob(g, X[:, 0])
+
+
 @pytest.mark.parametrize("graded", [(), (3, 130)])
 def test_draws_log_likelihood_from_stats_equals_the_sum_over_rows(graded):
     g = _stacked_draws(m=140, graded=graded)

@@ -80,10 +80,11 @@ def _valid(series: np.ndarray, min_chains: int) -> np.ndarray:
 def _per_quantity(series, min_chains: int, statistic) -> np.ndarray:
     """``statistic`` of the valid quantities of ``series`` (m, chains, draws); NaN for the others.
 
-    Quantities go in blocks of at most :data:`_BLOCK_VALUES` draws: the work arrays (the FFT's
-    are several times the block) then stay in memory the allocator hands back and forth. At
-    once, the pointwise log-likelihood of LOO (1000 rows of 4 x 500 draws) took 0.45-0.65 s on
-    fresh memory after a fit, against 0.06-0.09 s in blocks; each quantity's statistic is its own.
+    Quantities go in blocks of at most :data:`_BLOCK_VALUES` draws, which keeps the work
+    arrays (the FFT's are several times the block) small. At once, the pointwise
+    log-likelihood of LOO (1000 rows of 4 x 500 draws) took 0.45-0.65 s on its first call
+    after a fit, against 0.06-0.09 s in blocks (why the first call was slow, fresh memory
+    or otherwise, was not pinned down); each quantity's statistic is its own.
     """
     series = np.asarray(series, dtype=float)
     out = np.full(series.shape[0], np.nan)

@@ -42,22 +42,40 @@ __all__ = [
 ]
 
 
+# Rows sharing a pattern of observed entries, at least this many of them, are scored for all draws
+# at once; the others draw by draw. A pattern costs about what 8 rows cost draw by draw (2000 draws,
+# d = 20, k = 3: 10-14 ms a pattern, 0.7 us a row and draw, 0.3 ms a draw).
+_PATTERN_ROWS = 8
+
+
 def pointwise_log_likelihood(draws: Draws, X: np.ndarray) -> np.ndarray:
     """Marginal ``log p(x_i | W, Psi, mu)`` per draw and row, shape (chain, draw, n).
 
-    Rows with missing entries (NaN) get the density of their observed block
-    (:func:`bayespca.gaussian.log_prob`).
+    Rows with missing entries (NaN) get the density of their observed block,
+    ``N(x_o | mu_o, W_o W_o^T + Psi_o)`` (the same low-rank form on the
+    observed coordinates ``o``): rows with a common pattern, at least
+    ``_PATTERN_ROWS`` of them, for blocks of draws at once
+    (:func:`bayespca.gaussian.draws_log_prob`, as complete rows), the others
+    draw by draw (:func:`bayespca.gaussian.log_prob`).
     """
     arr = np.asarray(X, dtype=float)
     observed = ~np.isnan(arr)
+    g = draws.gaussians()
     # NumPy: nothing is compiled for a new number of rows (a compiled program per shape costs
-    # memory maps that a long session runs out of). Complete rows: blocks of draws at once.
-    if observed.all():
-        out = draws_log_prob(draws.gaussians(), arr)
-    else:
-        values = np.where(observed, arr, 0.0)
-        each = zip(*draws.gaussians(), strict=True)
-        out = np.stack([log_prob(LowRankGaussian(*g), values, observed) for g in each])
+    # memory maps that a long session runs out of).
+    keys, inverse = np.unique(observed, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    counts = np.bincount(inverse, minlength=len(keys))
+    out = np.zeros((g.mean.shape[0], arr.shape[0]))  # a row with nothing observed: log 1
+    for p in np.flatnonzero((counts >= _PATTERN_ROWS) & keys.any(axis=1)):
+        rows, cols = np.flatnonzero(inverse == p), keys[p]
+        block = LowRankGaussian(g.loadings[:, cols], g.noise[:, cols], g.mean[:, cols])
+        out[:, rows] = draws_log_prob(block, arr[np.ix_(rows, cols)])
+    rare = np.flatnonzero(counts[inverse] < _PATTERN_ROWS)
+    if rare.size:
+        values, seen = np.where(observed[rare], arr[rare], 0.0), observed[rare]
+        each = zip(*g, strict=True)
+        out[:, rare] = np.stack([log_prob(LowRankGaussian(*one), values, seen) for one in each])
     return out.reshape(*draws.loadings.shape[:2], arr.shape[0])
 
 

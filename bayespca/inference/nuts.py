@@ -183,7 +183,12 @@ def _times(static: _Static, factor, xi):
     :mod:`bayespca.inference.rotated_factor`), or a vector of scales (diagonal)."""
     if isinstance(factor, RotatedFactor):
         return rotated_factor.apply(static.layout, factor, xi)
-    return xi @ factor.T if factor.ndim == 2 else xi * factor
+    if factor.ndim == 1:
+        return xi * factor
+    # S xi as a matrix-vector product: written xi @ S^T, the compiled sampler transposed S (a copy
+    # of p^2 values) at every gradient, inside the tree's loops where XLA does not hoist it
+    # (d=20, k=3: 110 -> 70 us a leapfrog step).
+    return (factor @ xi[..., None])[..., 0]
 
 
 def _adjoint(static: _Static, factor, g):

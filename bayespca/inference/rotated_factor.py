@@ -112,7 +112,7 @@ def apply(layout: tuple, factor: RotatedFactor, xi):
     _, core, rest = _blocks(layout, d)
     c = core.size
     xp = array_namespace(xi)[0]
-    placed = xp.concatenate([xi[..., :c] @ factor.core.T, xi[..., c:] * factor.scales], axis=-1)
+    placed = xp.concatenate([(factor.core @ xi[..., :c, None])[..., 0], xi[..., c:] * factor.scales], axis=-1)
     y = placed[..., np.argsort(np.concatenate([core, rest]))]
     return _rotate(layout, factor.rotation, y)
 

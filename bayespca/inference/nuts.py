@@ -242,9 +242,14 @@ def _batch_values_and_gradients(static: _Static, data: dict, points: jax.Array, 
     return jax.lax.fori_loop(0, count, body, (jnp.zeros(points.shape[0]), jnp.zeros_like(points)))
 
 
+# Rows of a batch of gradients at most: the dispatch of a call is then under 1% of its arithmetic at
+# any size, and a single point (a Newton line search) moves no more than 64 x p values.
+_BATCH_ROWS = 64
+
+
 def _batch_rows(static: _Static) -> int:
-    """Rows of :func:`_batch_values_and_gradients`' points: the ``2 p`` of a Hessian."""
-    return 2 * sum(int(np.prod(shape)) for _, shape in static.layout)
+    """Rows of :func:`_batch_values_and_gradients`' points: the ``2 p`` of a Hessian, at most 64."""
+    return min(2 * sum(int(np.prod(shape)) for _, shape in static.layout), _BATCH_ROWS)
 
 
 def _values_and_gradients(static: _Static, data: dict, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -270,7 +275,7 @@ def _value_and_gradient(static: _Static, data: dict, point: np.ndarray) -> tuple
 def _hessian(static: _Static, data: dict, centre: np.ndarray) -> np.ndarray:
     """Hessian of the potential at ``centre`` by central differences of its gradient.
 
-    ``2 p`` gradients in one call of the compiled batch: at d=20, k=3 (p=84)
+    ``2 p`` gradients in calls of the compiled batch: at d=20, k=3 (p=84)
     the whole costs less than compiling ``jax.hessian`` (about a third of its
     compile time), and its relative error (~1e-10) is far below what a
     preconditioner needs.

@@ -192,18 +192,25 @@ def lower_triangular(w: np.ndarray) -> np.ndarray:
     return lt * np.where(np.diag(lt) < 0, -1.0, 1.0)
 
 
-def _polar_loadings(prior, d, k, noise, n, row_scale):
+def _polar_loadings(prior, d, k, noise, n, row_scale, active):
     z = numpyro.sample("Z", dist.ImproperUniform(constraints.real, (), (d, k)))
     log_gaps = numpyro.sample("log_gaps", dist.ImproperUniform(constraints.real, (), (k,)))
-    chol = jnp.linalg.cholesky(z.T @ z)
-    u = solve_triangular(chol, z.T, lower=True).T  # Z L^{-T}: orthonormal columns
-    # Decreasing positive scales as a reversed cumulative sum of exponentials.
-    scales = jnp.cumsum(jnp.exp(log_gaps)[::-1])[::-1]
-    log_volume = jnp.sum(log_gaps) + expansion_log_density(chol)
+    on = jnp.ones(k, bool) if active is None else jnp.arange(k) < active
+    # Inactive columns (see active_components) are standard normal sites that reach nothing: their
+    # block of Z^T Z is replaced by I, so U's inactive columns are Z's and its active ones those of
+    # the model with `active` columns, whatever Z's inactive columns are.
+    chol = jnp.linalg.cholesky(jnp.where(on[:, None] & on, z.T @ z, jnp.eye(k)))
+    u = solve_triangular(chol, z.T, lower=True).T  # Z L^{-T}: orthonormal active columns
+    # Decreasing positive scales as a reversed cumulative sum of exponentials; 0 where inactive.
+    scales = jnp.cumsum(jnp.where(on, jnp.exp(log_gaps), 0.0)[::-1])[::-1]
+    log_volume = jnp.sum(jnp.where(on, log_gaps, -0.5 * log_gaps**2)) + expansion_log_density(chol)
+    log_volume -= 0.5 * jnp.sum(jnp.where(on, 0.0, z * z))
     if prior.rotation_invariant:
         i, j = np.triu_indices(k, 1)
-        log_volume += (d - k) * jnp.sum(jnp.log(scales))
-        log_volume += jnp.sum(jnp.log(scales[i] - scales[j]) + jnp.log(scales[i] + scales[j]))
+        log_volume += (d - jnp.sum(on)) * jnp.sum(jnp.log(jnp.where(on, scales, 1.0)))
+        pair = on[i] & on[j]
+        squares = (scales[i] - scales[j]) * (scales[i] + scales[j])
+        log_volume += jnp.sum(jnp.log(jnp.where(pair, squares, 1.0)))
     w = row_scale[:, None] * (u * scales)
     numpyro.factor("W_volume", log_volume)
     numpyro.factor("W_prior", prior.log_density(w, noise, n))
@@ -225,7 +232,8 @@ def _lower_triangular_loadings(prior, d, k, noise, n):
 
 
 def initial_values(
-    identification: str, prior: Any, g: LowRankGaussian, noise: str, n: int, row_scale: Any = None
+    identification: str, prior: Any, g: LowRankGaussian, noise: str, n: int, row_scale: Any = None,
+    active: int | None = None,
 ) -> dict:
     """Constrained values of every latent site that give the parameters ``g`` (a start for NUTS or SVI).
 
@@ -241,6 +249,10 @@ def initial_values(
     row_scale : array of shape (d,), optional
         ``D`` of the polar map (FA: the features' standard deviations, as
         the model computes them from its data); None: ``I``.
+    active : int, optional
+        The model's ``active_components`` (polar only): ``g``'s loadings
+        have 0 in the columns from ``active`` on, whose sites start at 0,
+        their density's mode.
 
     Returns
     -------
@@ -260,6 +272,9 @@ def initial_values(
         values["Z"] = u
         gaps = -np.diff(np.append(scales, 0.0))  # l_j - l_{j+1}, with l_{k+1} = 0
         values["log_gaps"] = np.log(np.maximum(gaps, 1e-3 * max(scales[0], 1e-12)))
+        if active is not None:  # the standard normal sites of the inactive columns, at their mode
+            values["Z"][:, active:] = 0.0
+            values["log_gaps"][active:] = 0.0
     elif identification == "lower_triangular":
         w = lower_triangular(w)
         d, k = w.shape
@@ -449,7 +464,7 @@ def _shape(X, suff_stats, n_samples, n_features, latent, subsample_size):
 
 def _low_rank_model(
     X, *, noise, n_components, n_samples, n_features, latent, prior, identification, subsample_size,
-    suff_stats, has_missing, reparam, refine_precision,
+    suff_stats, has_missing, reparam, refine_precision, active_components,
 ):
     """The model behind :func:`ppca` (isotropic noise) and :func:`factor_analysis`."""
     if latent not in _LATENTS:
@@ -465,6 +480,11 @@ def _low_rank_model(
     ident = identification_for(identification, noise, p.loadings)
     if X is None and suff_stats is None:
         ident = "none"  # prior predictive: W from its prior (see the module docstring)
+    if active_components is not None and (ident != "polar" or not p.loadings.rotation_invariant):
+        raise ValueError(
+            "active_components needs identification='polar' and a rotation-invariant loadings prior "
+            f"(Normal, Flat) on data; got identification={ident!r}, prior {type(p.loadings).__name__}."
+        )
 
     if noise == "isotropic":
         sigma = numpyro.sample("sigma", p.noise)
@@ -473,7 +493,9 @@ def _low_rank_model(
         psi = numpyro.sample("psi", p.noise)
     if ident == "polar":
         row_scale = jnp.ones(d) if noise == "isotropic" else scales.sd
-        W = numpyro.deterministic("W", _polar_loadings(p.loadings, d, k, psi, scales.n, row_scale))
+        W = numpyro.deterministic(
+            "W", _polar_loadings(p.loadings, d, k, psi, scales.n, row_scale, active_components)
+        )
     elif ident == "lower_triangular":
         W = numpyro.deterministic("W", _lower_triangular_loadings(p.loadings, d, k, psi, scales.n))
     else:
@@ -547,13 +569,22 @@ _MODEL_PARAMETERS = """
         digits (:func:`bayespca.gaussian.log_likelihood_from_stats`). The
         NUTS runner passes False where the posterior's signal-to-noise
         ratios are far from that (a smaller compiled program).
+    active_components : int or None, default=None
+        With ``identification="polar"`` and a rotation-invariant prior: only
+        the first ``active_components`` columns of ``W`` are free, the others
+        0, and the inactive columns of ``"Z"`` and entries of ``"log_gaps"``
+        are independent standard normal sites. The density of the active
+        sites is then that of the model with ``n_components=active_components``,
+        and, as data rather than code, one compiled program serves every
+        number of components up to ``n_components``
+        (:func:`bayespca.comparison.compare_n_components`).
 """
 
 
 def ppca(
     X=None, *, n_components, n_samples=None, n_features=None, latent="marginal", prior=None,
     identification=None, subsample_size=None, suff_stats=None, has_missing=None, reparam=None,
-    refine_precision=True,
+    refine_precision=True, active_components=None,
 ):
     """Probabilistic PCA (Tipping & Bishop, 1999) as a NumPyro model.
 
@@ -581,14 +612,14 @@ def ppca(
         X, noise="isotropic", n_components=n_components, n_samples=n_samples, n_features=n_features,
         latent=latent, prior=prior, identification=identification, subsample_size=subsample_size,
         suff_stats=suff_stats, has_missing=has_missing, reparam=reparam,
-        refine_precision=refine_precision,
+        refine_precision=refine_precision, active_components=active_components,
     )
 
 
 def factor_analysis(
     X=None, *, n_components, n_samples=None, n_features=None, latent="marginal", prior=None,
     identification=None, subsample_size=None, suff_stats=None, has_missing=None, reparam=None,
-    refine_precision=True,
+    refine_precision=True, active_components=None,
 ):
     """Factor analysis as a NumPyro model.
 
@@ -612,7 +643,7 @@ def factor_analysis(
         X, noise="diagonal", n_components=n_components, n_samples=n_samples, n_features=n_features,
         latent=latent, prior=prior, identification=identification, subsample_size=subsample_size,
         suff_stats=suff_stats, has_missing=has_missing, reparam=reparam,
-        refine_precision=refine_precision,
+        refine_precision=refine_precision, active_components=active_components,
     )
 
 

@@ -169,6 +169,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
             options.update(
                 num_warmup=self.num_warmup, num_samples=self.num_samples, num_chains=self.num_chains,
                 chain_method=self.chain_method, target_accept_prob=self._target_accept_prob(),
+                padded_components=self.padded_components,
             )
         if method in ("svi", "nuts"):
             options.update(random_state=self.random_state, progress_bar=progress)
@@ -654,6 +655,15 @@ class PPCA(_LowRankGaussianModel):
         NUTS target acceptance rate; None: 0.99 with the horseshoe prior (whose
         funnels make smaller steps necessary; measured 6-12 divergences at
         0.95, none at 0.99), else 0.9.
+    padded_components : int or None, default=None
+        NUTS: sample ``W`` with this many columns (``n_components`` to
+        ``n_features``), those past ``n_components`` held at 0: the same
+        posterior, and one compiled sampler serves every ``n_components`` up
+        to it, where each would compile its own (~5 s per k at d = 20 on 2
+        cores); each transition costs more (about ``(padded / k)^2`` at
+        most). With the polar identification and the default or flat loadings
+        prior; ignored otherwise. :func:`bayespca.comparison.compare_n_components`
+        sets it.
 
     Attributes
     ----------
@@ -768,6 +778,7 @@ class PPCA(_LowRankGaussianModel):
         num_chains=4,
         chain_method="parallel",
         target_accept_prob=None,
+        padded_components=None,
     ):
         self.n_components = n_components
         self.method = method
@@ -786,6 +797,7 @@ class PPCA(_LowRankGaussianModel):
         self.num_chains = num_chains
         self.chain_method = chain_method
         self.target_accept_prob = target_accept_prob
+        self.padded_components = padded_components
 
     def _auto_method(self, missing) -> str:
         return "closed_form" if missing is None else "em"
@@ -849,6 +861,7 @@ class FactorAnalysis(_LowRankGaussianModel):
     guide, learning_rate, batch_size, random_state, progress_bar
         SVI options, as in :class:`PPCA`.
     prior, identification, num_warmup, num_samples, num_chains, chain_method, target_accept_prob
+    padded_components
         NUTS options, as in :class:`PPCA`.
 
     Attributes
@@ -918,6 +931,7 @@ class FactorAnalysis(_LowRankGaussianModel):
         num_chains=4,
         chain_method="parallel",
         target_accept_prob=None,
+        padded_components=None,
     ):
         self.n_components = n_components
         self.method = method
@@ -937,6 +951,7 @@ class FactorAnalysis(_LowRankGaussianModel):
         self.num_chains = num_chains
         self.chain_method = chain_method
         self.target_accept_prob = target_accept_prob
+        self.padded_components = padded_components
 
     _model = "fa"
 

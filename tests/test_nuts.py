@@ -439,3 +439,89 @@ def test_more_chains_than_a_batch_of_gradients_start_right():
     se = 0.5 / np.sqrt(float(az.ess(x)))
     assert abs(x.mean() - 2.0) < 4 * se
     assert x.std() == pytest.approx(0.5, rel=0.1)
+
+
+# ------------------------------------------------------------ padded components
+@pytest.mark.parametrize("kind", ["ppca", "fa"])
+def test_padded_potential_is_the_models_plus_independent_standard_normals(kind):
+    """``n_components=4, active_components=2`` is the k = 2 model (the hand-written reference)
+    and standard normal sites for the inactive columns of ``Z`` and ``log_gaps``, with ``W``'s
+    last two columns 0. Differences across random points, so additive constants cancel.
+    """
+    from bayespca.models import MODELS
+
+    X, _ = _data(80, 5, 2, 0.6, seed=4)
+    noise = "isotropic" if kind == "ppca" else "diagonal"
+    model = MODELS[noise]
+    kwargs = {"n_components": 4, "identification": "polar", "active_components": 2,
+              "suff_stats": sufficient_statistics(X)}
+    ml = LowRankGaussian(np.linalg.svd(X - X.mean(0))[2][:2].T * 2.0, np.full(5, 0.5), X.mean(0))
+    padded = ml._replace(loadings=np.pad(ml.loadings, ((0, 0), (0, 2))))
+    loadings = resolve(as_priors(None), noise, data_scales(X)).loadings
+    sd = X.std(0) if kind == "fa" else None
+    values = initial_values("polar", loadings, padded, noise, 80, sd, active=2)
+    base = unconstrain_fn(model, (), kwargs, values)
+    rng = np.random.default_rng(6)
+    differences = []
+    for _ in range(3):
+        theta = {name: np.asarray(v) + 0.3 * rng.normal(size=np.shape(v)) for name, v in base.items()}
+        active = theta | {"Z": theta["Z"][:, :2], "log_gaps": theta["log_gaps"][:2]}
+        inactive = np.sum(theta["Z"][:, 2:] ** 2) + np.sum(theta["log_gaps"][2:] ** 2)
+        ref = _reference_log_posterior(kind, "polar", None, active, X) - 0.5 * inactive
+        differences.append(-float(potential_energy(model, (), kwargs, theta)) - ref)
+        w = np.asarray(constrain_fn(model, (), kwargs, theta, return_deterministic=True)["W"])
+        z = active["Z"]
+        u = z @ np.linalg.inv(np.linalg.cholesky(z.T @ z)).T
+        scales = np.cumsum(np.exp(active["log_gaps"])[::-1])[::-1]
+        expected = (1.0 if sd is None else sd[:, None]) * u * scales
+        np.testing.assert_allclose(w, np.pad(expected, ((0, 0), (0, 2))), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(differences, differences[0], rtol=0, atol=1e-8)
+
+
+def test_padded_model_needs_the_polar_identification():
+    X, _ = _data(50, 4, 1, 0.5)
+    kwargs = {"n_components": 3, "identification": "lower_triangular", "active_components": 1,
+              "suff_stats": sufficient_statistics(X)}
+    with pytest.raises(ValueError, match="active_components needs identification='polar'"):
+        potential_energy(ppca, (), kwargs, {"sigma": 0.0, "mu": np.zeros(4), "W_lower": np.zeros(3),
+                                            "W_log_diag": np.zeros(3)})
+
+
+@pytest.mark.parametrize("padded", [0, 5])
+def test_padded_components_outside_k_to_d_is_named(padded):
+    X, _ = _data(50, 4, 1, 0.5)
+    with pytest.raises(ValueError, match="padded_components"):
+        _fit(X, 1, padded_components=padded)
+
+
+def test_padded_fits_on_iris_share_one_sampler_and_sample_the_same_posterior(backend_compiles):
+    """Iris, pPCA k = 1 and 2 padded to 3 columns: the second fit compiles nothing, and the padded
+    k = 2 posterior means of sigma^2 and W W^T are the unpadded sampler's within Monte Carlo error.
+    """
+    from sklearn.datasets import load_iris
+
+    X = load_iris().data
+    options = {"method": "nuts", "num_warmup": 300, "num_samples": 400, "random_state": 2,
+               "progress_bar": False}
+    PPCA(1, padded_components=3, **options).fit(X)
+    with backend_compiles() as compiles:
+        padded = PPCA(2, padded_components=3, **options).fit(X)
+    assert compiles == []
+    plain = PPCA(2, **options).fit(X)
+    for a in (padded, plain):
+        assert a.loadings_samples_.shape == (4, 400, 4, 2)
+        assert int(a.sample_stats_["diverging"].sum()) == 0
+
+    def summaries(fit):
+        w = fit.loadings_samples_
+        wwt = np.einsum("cmdk,cmek->cmde", w, w).reshape(4, 400, 16)
+        return np.concatenate([fit.noise_variance_samples_[..., None], wwt], axis=-1)
+
+    ours, theirs = summaries(padded), summaries(plain)
+    # Monte Carlo error of a difference of means, from each summary's own ESS.
+    ess = lambda a: np.array([float(az.ess(a[..., j])) for j in range(a.shape[-1])])  # noqa: E731
+    se = np.sqrt(ours.var((0, 1)) / ess(ours) + theirs.var((0, 1)) / ess(theirs))
+    keep = ours.std((0, 1)) > 0
+    z = np.abs(ours.mean((0, 1)) - theirs.mean((0, 1)))[keep] / se[keep]
+    assert z.max() < 4.5, z
+

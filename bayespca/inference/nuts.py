@@ -38,7 +38,9 @@ runner adds three things that make it fast:
    each gradient of the sampled density 15 us). Where the fit's
    signal-to-noise ratios are moderate (:data:`_UNREFINED_BELOW`), the
    programs are compiled without the precision's refinement
-   (:mod:`bayespca.gaussian`, notes 3.), a smaller program.
+   (:mod:`bayespca.gaussian`, notes 3.), a smaller program. Fits of
+   several k can share the programs, ``W`` padded with inactive columns to
+   the largest k (``padded_components``; the models' ``active_components``).
 
 The same runner samples the models whose likelihood reads the rows (the
 Student-t pPCA, the mixture of pPCA: :func:`sample_model`), with the rows
@@ -816,6 +818,7 @@ def fit_nuts(
     dense_mass: bool = False,
     random_state: Any = None,
     progress_bar: bool | None = None,
+    padded_components: int | None = None,
 ) -> Fit:
     """Sample the posterior of pPCA or factor analysis by NUTS on the marginal model.
 
@@ -850,6 +853,12 @@ def fit_nuts(
     progress_bar : bool or None, default=None
         A progress bar over the transitions; None shows it in a terminal or
         a notebook only.
+    padded_components : int or None, default=None
+        Sample ``W`` with this many columns (at least ``n_components``), the
+        last ones inactive (the model's ``active_components``): the same
+        posterior, and one compiled sampler for every ``k`` up to it. Used
+        with the polar identification and the default or flat loadings
+        prior only (elsewhere each ``k`` compiles its own).
 
     Returns
     -------
@@ -873,6 +882,7 @@ def fit_nuts(
     _check_options(num_warmup, num_samples, num_chains, chain_method, target_accept_prob, dense_mass)
     key = as_key(random_state)
     n, d, k, noise = prepared.n, prepared.d, spec.n_components, spec.noise
+    check_number(padded_components, "padded_components", integer=True, low=k, high=d, allow_none=True)
     priors = prior_classes.to_units(prior_classes.as_priors(spec.prior), noise, prepared.scale)
     if isinstance(priors.loadings, prior_classes.Horseshoe):
         priors.loadings.check(d)
@@ -907,15 +917,17 @@ def fit_nuts(
     row_scale = np.asarray(scales.sd) if noise == "diagonal" else None
     data = {"kwargs": {"prior": priors, "suff_stats": stats, "reparam": reparam}}
     start = (start_point, ml, row_scale, n, prepared.variances / (1.0 if units is None else units**2))
-    search, static, init_scale = _preconditioned(noise, k, identification, loadings, data, start)
+    columns = _columns(padded_components, k, identification, loadings)
+    search, static, init_scale = _preconditioned(noise, columns, identification, loadings, data, start)
     run = (num_warmup, num_samples, num_chains, chain_method, target_accept_prob, dense_mass, progress_bar)
     shape = (num_chains, num_samples)
     sites, sample_stats = _sample(static, data, run, key, init_scale, _KEPT_SITES, search)
+    sites["W"] = sites["W"][..., :k]
     draws = _draws(sites, sample_stats, identification, reference_w, start_point, noise, shape)
     if spec.identification is None and noise == "diagonal" and _near_degenerate(static, data, loadings):
         if not _chains_agree(draws, stats):
             # W's own coordinates have no singularity; draws reported in the same orientation.
-            search, static, init_scale = _preconditioned(noise, k, "none", loadings, data, start)
+            search, static, init_scale = _preconditioned(noise, (k, None), "none", loadings, data, start)
             key = jax.random.fold_in(key, 1)
             sites, sample_stats = _sample(static, data, run, key, init_scale, _KEPT_SITES, search)
             draws = _draws(sites, sample_stats, identification, reference_w, start_point, noise, shape)
@@ -924,22 +936,41 @@ def fit_nuts(
     return _posterior_fit(draws, working_stats, n).to_data_units(prepared.scale, prepared.total_observed)
 
 
-def _preconditioned(noise, k, identification, loadings, data, start) -> tuple[_Static, _Static, float]:
+def _columns(padded_components: int | None, k: int, identification: str, loadings: Any) -> tuple:
+    """Columns of ``W`` to sample and the model's ``active_components``: ``(padded_components, k)``
+    where the model can be padded (polar, a rotation-invariant prior), else ``(k, None)``."""
+    if padded_components is None or identification != "polar" or not loadings.rotation_invariant:
+        return k, None
+    return int(padded_components), k
+
+
+def _padded(g: LowRankGaussian, width: int) -> LowRankGaussian:
+    """``g`` with zero columns appended to its loadings, up to ``width``."""
+    w = np.asarray(g.loadings)
+    return g._replace(loadings=np.pad(w, ((0, 0), (0, width - w.shape[1]))))
+
+
+def _preconditioned(noise, columns, identification, loadings, data, start) -> tuple:
     """The sampler's configuration for ``identification``: sets ``data``'s start and Laplace factor.
 
-    ``start`` is ``(start_point, ml, row_scale, n, variances)``: the ML point in the reporting
+    ``columns`` is ``(width, active)``: the columns of ``W`` sampled and the model's
+    ``active_components`` (None: all). ``start`` is
+    ``(start_point, ml, row_scale, n, variances)``: the ML point in the reporting
     orientation, the ML fit, FA's polar ``D``, the number of rows and the features' variances.
     Returns the static configurations of the mode search and of the sampler (they differ only
     where the ML point needs the precision's refinement and the mode does not: FA's Heywood
     cases), and the scale of the chains' initial spread.
     """
     start_point, ml, row_scale, n, variances = start
+    width, active = columns
+    data["kwargs"]["active_components"] = None if active is None else np.int32(active)
     reparam = data["kwargs"]["reparam"]
-    values = initial_values(identification, loadings, start_point, noise, n, row_scale)
+    padded = _padded(start_point, width)
+    values = initial_values(identification, loadings, padded, noise, n, row_scale, active)
     if reparam is not None:
         centred = start_point.loadings / reparam.standard_error
         values["W_z"] = np.where(reparam.centred, centred, values["W_z"])
-    options = (("identification", identification), ("n_components", k), _refinement(ml))
+    options = (("identification", identification), ("n_components", width), _refinement(ml))
     theta = _unconstrained(_Static(MODELS[noise], options, ()), data, values)
     theta = {name: np.asarray(v, dtype=float) for name, v in sorted(theta.items())}
     static = _Static(MODELS[noise], options, tuple((name, v.shape) for name, v in theta.items()))
@@ -955,7 +986,8 @@ def _preconditioned(noise, k, identification, loadings, data, start) -> tuple[_S
         raised = _raised_noise(ml, data["kwargs"]["prior"].noise) if noise == "diagonal" else None
         if raised is not None:
             w = np.asarray(canonical_loadings(raised).loadings)
-            other = initial_values(identification, loadings, raised._replace(loadings=w), noise, n, row_scale)
+            raised = _padded(raised._replace(loadings=w), width)
+            other = initial_values(identification, loadings, raised, noise, n, row_scale, active)
             other = _unconstrained(_Static(MODELS[noise], options, ()), data, other)
             starts.append(_ravel(jax.tree.map(np.asarray, other)))
         centre, hessian = _best_mode(static, data, starts)
@@ -1016,7 +1048,8 @@ def _near_degenerate(static: _Static, data: dict, loadings: Any) -> bool:
         if name == "log_gaps":
             break
         offset += int(np.prod(shape))
-    k = options["n_components"]
+    active = data["kwargs"]["active_components"]
+    k = options["n_components"] if active is None else int(active)
     rows = factor[offset: offset + k]
     return bool(np.sqrt(np.max(np.sum(rows * rows, axis=1))) > _DEGENERATE_GAP)
 

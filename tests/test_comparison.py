@@ -361,3 +361,5 @@ def test_bad_arguments(three, result):
         compare_n_components(three, [1, 2], cv=1)
     with pytest.raises(TypeError, match="Unknown fit option"):
         compare_n_components(three, [1, 2], num_draws=10)
+    with pytest.raises(ValueError, match="padded_components"):
+        compare_n_components(three, [1, 3], padded_components=2)

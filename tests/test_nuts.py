@@ -525,3 +525,34 @@ def test_padded_fits_on_iris_share_one_sampler_and_sample_the_same_posterior(bac
     z = np.abs(ours.mean((0, 1)) - theirs.mean((0, 1)))[keep] / se[keep]
     assert z.max() < 4.5, z
 
+
+def test_the_sampler_compiles_during_the_mode_search_and_its_calls_find_it(monkeypatch):
+    """The one-chain programs compile from the shapes the mode search will give, on a thread;
+    the chains' calls then compile nothing (JAX's public monitoring events, by program name).
+    A configuration new to the process: 37 warm-up draws are compiled into the sampler.
+    """
+    from bayespca.inference import nuts
+
+    compiled = []
+
+    def listen(name, secs, **kwargs):
+        if name == "/jax/core/compile/backend_compile_duration":
+            compiled.append(kwargs.get("fun_name"))
+
+    seen = {}
+    original = nuts._run_chains
+
+    def run_chains(*args):
+        seen["before"] = list(compiled)
+        return original(*args)
+
+    monkeypatch.setattr(nuts, "_run_chains", run_chains)
+    X, _ = _data(120, 7, 2, 0.5, seed=8)
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        fit = _fit(X, 2, num_warmup=37, num_samples=50, num_chains=2, random_state=0)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert fit.draws.loadings.shape == (2, 50, 7, 2)
+    assert seen["before"].count("jit(_advance)") == 1 and seen["before"].count("jit(_start)") == 1
+    assert compiled.count("jit(_advance)") == 1 and compiled.count("jit(_start)") == 1

@@ -38,9 +38,11 @@ runner adds three things that make it fast:
    each gradient of the sampled density 15 us). Where the fit's
    signal-to-noise ratios are moderate (:data:`_UNREFINED_BELOW`), the
    programs are compiled without the precision's refinement
-   (:mod:`bayespca.gaussian`, notes 3.), a smaller program. Fits of
-   several k can share the programs, ``W`` padded with inactive columns to
-   the largest k (``padded_components``; the models' ``active_components``).
+   (:mod:`bayespca.gaussian`, notes 3.), a smaller program. The chains'
+   programs compile on a thread while the mode search runs (from the
+   shapes it will give: :func:`_compile_ahead`); and fits of several k can
+   share them, ``W`` padded with inactive columns to the largest k
+   (``padded_components``; the models' ``active_components``).
 
 The same runner samples the models whose likelihood reads the rows (the
 Student-t pPCA, the mixture of pPCA: :func:`sample_model`), with the rows
@@ -602,7 +604,7 @@ def _sample(static: _Static, data: dict, run: tuple, key: jax.Array, init_scale:
     from the mode search's program (``search``, default ``static``).
     """
     num_warmup, num_samples, num_chains, chain_method, target_accept_prob, dense_mass, progress_bar = run
-    settings = (int(num_warmup), bool(dense_mass), float(target_accept_prob))
+    settings = _settings(run)
     lengths = (int(num_warmup), int(num_samples))
     size = data["centre"].size
     seed, keys, chain_keys = _chain_seeds(key, num_chains)
@@ -611,6 +613,40 @@ def _sample(static: _Static, data: dict, run: tuple, key: jax.Array, init_scale:
     xi, extra = _run_chains(static, settings, data, start, lengths, chain_method, progress_bar)
     sites = _constrained_draws(static, data, xi.reshape(-1, size), kept)
     return jax.tree.map(np.asarray, sites), sample_statistics(extra)
+
+
+def _settings(run: tuple) -> tuple:
+    """The sampler's compiled-in settings ``(num_warmup, dense_mass, target_accept_prob)`` from ``run``."""
+    return int(run[0]), bool(run[5]), float(run[4])
+
+
+def _compile_ahead(run: tuple, key: jax.Array, static: _Static, data: dict):
+    """Start compiling the one-chain programs for ``static`` on a thread; a Future, or None.
+
+    The mode search and the Laplace factor fill ``data`` with values of known shapes (a
+    dense factor: :func:`_may_rotate` false), so the programs of the chains' start and
+    transitions can compile from the shapes while the mode search runs, and the calls
+    that follow find them compiled. Only XLA's compilation runs on the thread: the model
+    is traced here, on the calling thread (NumPyro's effect handlers are one stack per
+    process). None where the shapes are not known ahead (vectorized chains, a rotated
+    factor possible).
+    """
+    size = sum(int(np.prod(shape)) for _, shape in static.layout)
+    if run[3] == "vectorized" or _may_rotate(size, data["kwargs"].get("suff_stats")):
+        return None
+    settings = _settings(run)
+    vector = jax.ShapeDtypeStruct((size,), jnp.float64)
+    matrix = jax.ShapeDtypeStruct((size, size), jnp.float64)
+    shapes = {"kwargs": data["kwargs"], "centre": vector, "factor": matrix}
+    init = ParamInfo(vector, jax.ShapeDtypeStruct((), jnp.float64), vector)
+    chain_key = jax.ShapeDtypeStruct(key.shape, key.dtype)
+    state = jax.eval_shape(functools.partial(_start, static, settings), shapes, init, chain_key)
+    lowered = (_start_one.lower(static, settings, shapes, init, chain_key),
+               _advance_one.lower(static, settings, shapes, state))
+    executor = concurrent.futures.ThreadPoolExecutor(1)
+    future = executor.submit(lambda: [program.compile() for program in lowered])
+    executor.shutdown(wait=False)
+    return future
 
 
 def sample_model(
@@ -664,10 +700,14 @@ def sample_model(
     theta = _unconstrained(_Static(model, options, ()), data, start)
     theta = {name: np.asarray(v, dtype=float) for name, v in sorted(theta.items())}
     static = _Static(model, options, tuple((name, v.shape) for name, v in theta.items()))
+    run = (num_warmup, num_samples, num_chains, chain_method, target_accept_prob, False, progress_bar)
+    key = as_key(random_state)
+    compiling = _compile_ahead(run, key, static, data)
     data["centre"], hessian = _best_mode(static, data, [_ravel(theta)])
     data["factor"] = laplace_factor(hessian)
-    run = (num_warmup, num_samples, num_chains, chain_method, target_accept_prob, False, progress_bar)
-    sites, stats = _sample(static, data, run, as_key(random_state), 1.0, None)
+    if compiling is not None:
+        concurrent.futures.wait([compiling])
+    sites, stats = _sample(static, data, run, key, 1.0, None)
     shape = (int(num_chains), int(num_samples))
     return {name: v.reshape(*shape, *v.shape[1:]) for name, v in sites.items()}, stats
 
@@ -918,8 +958,9 @@ def fit_nuts(
     data = {"kwargs": {"prior": priors, "suff_stats": stats, "reparam": reparam}}
     start = (start_point, ml, row_scale, n, prepared.variances / (1.0 if units is None else units**2))
     columns = _columns(padded_components, k, identification, loadings)
-    search, static, init_scale = _preconditioned(noise, columns, identification, loadings, data, start)
     run = (num_warmup, num_samples, num_chains, chain_method, target_accept_prob, dense_mass, progress_bar)
+    ahead = functools.partial(_compile_ahead, run, key)
+    search, static, init_scale = _preconditioned(noise, columns, identification, loadings, data, start, ahead)
     shape = (num_chains, num_samples)
     sites, sample_stats = _sample(static, data, run, key, init_scale, _KEPT_SITES, search)
     sites["W"] = sites["W"][..., :k]
@@ -950,16 +991,17 @@ def _padded(g: LowRankGaussian, width: int) -> LowRankGaussian:
     return g._replace(loadings=np.pad(w, ((0, 0), (0, width - w.shape[1]))))
 
 
-def _preconditioned(noise, columns, identification, loadings, data, start) -> tuple:
+def _preconditioned(noise, columns, identification, loadings, data, start, ahead=None) -> tuple:
     """The sampler's configuration for ``identification``: sets ``data``'s start and Laplace factor.
 
     ``columns`` is ``(width, active)``: the columns of ``W`` sampled and the model's
     ``active_components`` (None: all). ``start`` is
     ``(start_point, ml, row_scale, n, variances)``: the ML point in the reporting
     orientation, the ML fit, FA's polar ``D``, the number of rows and the features' variances.
-    Returns the static configurations of the mode search and of the sampler (they differ only
-    where the ML point needs the precision's refinement and the mode does not: FA's Heywood
-    cases), and the scale of the chains' initial spread.
+    ``ahead(static, data)``, if given, starts compiling the sampler during the mode search
+    (:func:`_compile_ahead`). Returns the static configurations of the mode search and of
+    the sampler (they differ only where the ML point needs the precision's refinement and the
+    mode does not: FA's Heywood cases), and the scale of the chains' initial spread.
     """
     start_point, ml, row_scale, n, variances = start
     width, active = columns
@@ -990,8 +1032,11 @@ def _preconditioned(noise, columns, identification, loadings, data, start) -> tu
             other = initial_values(identification, loadings, raised, noise, n, row_scale, active)
             other = _unconstrained(_Static(MODELS[noise], options, ()), data, other)
             starts.append(_ravel(jax.tree.map(np.asarray, other)))
+        compiling = ahead(static, data) if ahead is not None else None
         centre, hessian = _best_mode(static, data, starts)
         factor = _cheapest_factor(static, laplace_factor(hessian), data["kwargs"]["suff_stats"])
+        if compiling is not None:
+            concurrent.futures.wait([compiling])  # a failure there is met again, and raised, here
     else:
         factor = _rough_scales(theta, n, variances)
     data["centre"], data["factor"] = centre, factor
@@ -1014,6 +1059,13 @@ def _refined_at_centre(static: _Static, data: dict) -> _Static:
     return replace(static, options=tuple(sorted(options.items())))
 
 
+def _may_rotate(size: int, stats: Any) -> bool:
+    """Whether the Laplace factor of ``size`` parameters may be the rotated one (:func:`_cheapest_factor`)."""
+    if not isinstance(stats, SufficientStatistics):
+        return False
+    return size > _ROTATED_ABOVE and np.shape(stats.mean)[-1] >= _ROTATED_FROM_FEATURES
+
+
 def _cheapest_factor(static: _Static, factor: np.ndarray, stats: Any):
     """``factor`` (dense, p x p), or the rotated factor of the same covariance where it whitens it.
 
@@ -1021,9 +1073,7 @@ def _cheapest_factor(static: _Static, factor: np.ndarray, stats: Any):
     (:mod:`bayespca.inference.rotated_factor`); it needs the complete data's scatter, and pays
     only above :data:`_ROTATED_ABOVE` parameters and from :data:`_ROTATED_FROM_FEATURES` features.
     """
-    if not isinstance(stats, SufficientStatistics):
-        return factor
-    if factor.shape[0] <= _ROTATED_ABOVE or np.shape(stats.mean)[-1] < _ROTATED_FROM_FEATURES:
+    if not _may_rotate(factor.shape[0], stats):
         return factor
     rotated = rotated_factor.rotated_factor(static.layout, factor @ factor.T, np.asarray(stats.scatter))
     return factor if rotated is None else rotated

@@ -447,9 +447,10 @@ def _reraise(caught: list, k: int) -> None:
             warn(f"n_components={k}: {record.message}", record.category)
 
 
-# Features x largest k up to which compare_n_components pads every k to the largest (n = 1000,
-# k = 1..6, 2 cores: d = 20 67 -> 44 s, d = 40 122 -> 90 s, d = 100 222 -> 235 s).
-_PADDED_SIZE = 300
+# Features x largest k up to which compare_n_components pads every k to the largest. k = 1..6, 2 cores:
+# n = 1000 synthetic, d = 20 67 -> 44 s, d = 40 122 -> 90 s, d = 100 222 -> 235 s; breast cancer
+# standardised (d = 30, more leapfrog steps a draw) 102 -> 110 s.
+_PADDED_SIZE = 150
 
 
 def compare_n_components(
@@ -468,13 +469,14 @@ def compare_n_components(
 
     Every k is fitted with the same priors and options (``fit_kwargs``), its
     marginal pointwise log-likelihood scored by :func:`loo`, and the fits
-    compared by :func:`compare`. The fits sample ``W`` with as many columns
-    as the largest k, those past k held at 0 (``padded_components``, the same
-    posterior): one compiled sampler serves every k, where each would
-    compile its own (n = 1000, k = 1..6 on 2 cores: d = 20 67 -> 44 s,
-    d = 40 122 -> 90 s). Padding makes each transition dearer, so it is
-    used up to ``d * max(k) = 300``; ``padded_components`` overrides that
-    (None: never). Next to LOO the table carries the cheap
+    compared by :func:`compare`. Where ``d * max(k) <= 150``, the fits
+    sample ``W`` with as many columns as the largest k, those past k held
+    at 0 (``padded_components``, the same posterior): one compiled sampler
+    serves every k, where each would compile its own (n = 1000, d = 20,
+    k = 1..6 on 2 cores: 67 -> 44 s). Padding makes each transition dearer,
+    which outweighs the compiling saved on larger models (breast cancer,
+    standardised, d = 30: 102 -> 110 s). ``padded_components`` overrides
+    the rule (None: never). Next to LOO the table carries the cheap
     criteria of the maximum-likelihood fit: Minka's evidence
     (:func:`bayespca.selection.select_from_singular_values`, ``"mle"``), the
     Gavish-Donoho rank, ``AIC = -2 L + 2 P`` and ``BIC = -2 L + P log n``

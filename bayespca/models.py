@@ -98,6 +98,7 @@ from bayespca.statistics import MissingPatterns, StackedPatterns, SufficientStat
 
 __all__ = [
     "DEFAULT_IDENTIFICATION",
+    "EXPANSION_CONCENTRATION",
     "IDENTIFICATIONS",
     "factor_analysis",
     "identification_for",
@@ -119,8 +120,9 @@ DEFAULT_IDENTIFICATION = {"isotropic": "polar", "diagonal": "polar"}
 _LOG_2PI = float(np.log(2.0 * np.pi))
 _LATENTS = ("marginal", "explicit")
 _NOISE_SITE = {"isotropic": "sigma", "diagonal": "psi"}
-# Concentration of the density of the polar expansion (see expansion_log_density).
-_EXPANSION_CONCENTRATION = 8.0
+# Concentration c of the density of the polar expansion (see expansion_log_density): alone, it gives
+# Z's entries a variance of 1 / (2 c) about the Stiefel manifold.
+EXPANSION_CONCENTRATION = 8.0
 
 
 def identification_for(identification: str | None, noise: str, loadings: Any) -> str:
@@ -175,7 +177,7 @@ def expansion_log_density(chol: jax.Array) -> jax.Array:
     0.0
     """
     k = chol.shape[-1]
-    return -_EXPANSION_CONCENTRATION * (jnp.sum(chol * chol) - 2.0 * jnp.sum(jnp.log(jnp.diag(chol))) - k)
+    return -EXPANSION_CONCENTRATION * (jnp.sum(chol * chol) - 2.0 * jnp.sum(jnp.log(jnp.diag(chol))) - k)
 
 
 def lower_triangular(w: np.ndarray) -> np.ndarray:

@@ -556,3 +556,40 @@ def test_the_sampler_compiles_during_the_mode_search_and_its_calls_find_it(monke
     assert fit.draws.loadings.shape == (2, 50, 7, 2)
     assert seen["before"].count("jit(_advance)") == 1 and seen["before"].count("jit(_start)") == 1
     assert compiled.count("jit(_advance)") == 1 and compiled.count("jit(_start)") == 1
+
+
+def test_a_column_beyond_the_datas_rank_gets_the_expansions_scale_and_samples_the_same_posterior(monkeypatch):
+    """n = 1000, d = 12, rank 2, pPCA k = 3 by NUTS: the third column's direction is not localized
+    by the data (its draws' mean |cosine| with scikit-learn's third principal axis is far below the
+    signal columns'), the runner gives it the expansion's scale rather than the Laplace
+    approximation's, and the posterior means of sigma^2 and W W^T are those of the sampler with the
+    plain Laplace factor within Monte Carlo error, at fewer leapfrog steps a draw.
+    """
+    from sklearn.decomposition import PCA
+
+    from bayespca.inference import nuts
+
+    X, _ = _data(1000, 12, 2, 1.0, seed=4)
+    options = {"method": "nuts", "num_warmup": 300, "num_samples": 400, "random_state": 1,
+               "progress_bar": False}
+    localized = PPCA(3, **options).fit(X)
+    monkeypatch.setattr(nuts, "_localized_factor", lambda static, data, centre, h: nuts.laplace_factor(h))
+    plain = PPCA(3, **options).fit(X)
+
+    axes = PCA(3).fit(X).components_
+    w = localized.loadings_samples_.reshape(-1, 12, 3)
+    cosines = np.abs(np.einsum("sdk,kd->sk", w, axes)) / np.linalg.norm(w, axis=1)
+    assert cosines[:, :2].mean(0).min() > 0.95 and cosines[:, 2].mean() < 0.8, cosines.mean(0)
+
+    def summaries(fit):
+        w = fit.loadings_samples_
+        wwt = np.einsum("cmdk,cmek->cmde", w, w).reshape(4, 400, 144)
+        return np.concatenate([fit.noise_variance_samples_[..., None], wwt], axis=-1)
+
+    ours, theirs = summaries(localized), summaries(plain)
+    ess = lambda a: np.array([float(az.ess(a[..., j])) for j in range(a.shape[-1])])  # noqa: E731
+    se = np.sqrt(ours.var((0, 1)) / ess(ours) + theirs.var((0, 1)) / ess(theirs))
+    z = np.abs(ours.mean((0, 1)) - theirs.mean((0, 1))) / se
+    assert z.max() < 4.5, z
+    steps = [float(np.mean(f.sample_stats_["n_steps"])) for f in (localized, plain)]
+    assert steps[0] < steps[1], steps

@@ -387,49 +387,61 @@ def laplace_factor(hessian: np.ndarray) -> np.ndarray:
     return vecs / np.sqrt(np.maximum(vals, floor))
 
 
-# Laplace variance (rad^2, summed over its tangent directions) of a polar column's direction above
-# which the data do not localize it (about +-30 degrees). Synthetic n=1000, d=20, rank 3: 0.001-0.003
-# for the three signal columns, 0.32-1.6 for the columns beyond; iris, wine, diabetes (k <= 7):
-# 0.000-0.2 but for wine's fourth column from k=5 on (0.39-0.70).
-_UNLOCALIZED_SPREAD = 0.25
+# A component whose ML signal-to-noise eigenvalue is below this multiple of the noise bulk's edge
+# (Marchenko-Pastur, see _free_columns) is taken for noise. Synthetic n=1000, d=20, rank 3: the
+# components beyond it at 0.95-1.0 times the edge. The weakest ML component of scikit-learn's
+# iris, wine, diabetes and breast cancer (raw and standardised, pPCA and FA, k <= 6): 1.25 times
+# it or more; within 1.2 only wine from k = 7 (FA) or 8 (pPCA) and diabetes FA k = 8.
+_BULK_MARGIN = 1.2
 
 
-def _localized_factor(static: _Static, data: dict, centre: np.ndarray, hessian: np.ndarray) -> np.ndarray:
-    """:func:`laplace_factor`; where the data leave a polar column's direction free, the expansion's scale.
+def _free_columns(g: LowRankGaussian, n: int) -> int:
+    """How many of the ML fit ``g``'s components lie within the noise's bulk: the data do not orient them.
+
+    With ``Psi``-whitened loadings ``A = Psi^{-1/2} W``, the fit's
+    covariance has eigenvalues ``1 + eig(A^T A)`` against the noise. Pure
+    noise of ``n`` rows in ``d`` features puts sample eigenvalues up to the
+    bulk's edge ``(1 + sqrt(d / n))^2``, and a component at or below it
+    has a sample direction unrelated to any population one (the BBP phase
+    transition of spiked covariance models): the posterior of its
+    direction spreads over its sphere.
+
+    Examples
+    --------
+    >>> g = LowRankGaussian(np.array([[3.0, 0.0], [0.0, 0.1], [0.0, 0.0]]), np.ones(3), np.zeros(3))
+    >>> _free_columns(g, 100)
+    1
+    """
+    w = np.asarray(g.loadings) / np.sqrt(np.asarray(g.noise))[:, None]
+    d = w.shape[0]
+    ratios = 1.0 + np.linalg.eigvalsh(w.T @ w)
+    return int(np.sum(ratios <= _BULK_MARGIN * (1.0 + np.sqrt(d / n)) ** 2))
+
+
+def _localized_factor(static: _Static, data: dict, hessian: np.ndarray, free: int) -> np.ndarray:
+    """:func:`laplace_factor`, but the last ``free`` active polar columns get the expansion's scale.
 
     Column ``j`` of ``U`` is column ``j`` of ``Z`` made orthogonal to the
-    ones before and normalised, so it turns as that column moves in the
-    directions orthogonal to columns ``1..j``. Where the data pin it (a
-    column of signal) the Laplace approximation describes those moves.
-    Where they do not (a column beyond the data's rank), the direction roams
-    its sphere, which no Gaussian in ``Z`` describes: synthetic n=1000,
-    d=20, rank 3, k=4: the fourth direction's cosine with the mode's
-    averages 0.58 over the posterior, the draws spread 5 Laplace standard
-    deviations along one direction, and NUTS takes 31 leapfrog steps a draw
-    instead of 15. Such a column (Laplace variance of its direction above
-    :data:`_UNLOCALIZED_SPREAD`) gets the curvature of the expansion density
-    alone, ``2 c`` (:func:`bayespca.models.expansion_log_density`: the
-    variance of ``Z``'s entries where ``U`` is uniform is about ``1 / (2 c)``), uncoupled
-    from the other parameters. An affine map: the posterior is unchanged.
+    ones before and normalised. Where the data orient it (a component of
+    signal) the Laplace approximation at the mode describes how it turns.
+    Where they do not (a component within the noise, :func:`_free_columns`)
+    its direction roams its sphere, which no Gaussian in ``Z`` describes:
+    synthetic n=1000, d=20, rank 3, k=4: the fourth direction's cosine
+    with the mode's averages 0.58 over the posterior, the draws spread 5
+    Laplace standard deviations along one direction, and NUTS takes 31
+    leapfrog steps a draw instead of 15. Such a column's block of the
+    Hessian becomes the curvature of the expansion density alone, ``2 c``
+    (:func:`bayespca.models.expansion_log_density`: where ``U`` is uniform,
+    ``Z``'s entries have variance about ``1 / (2 c)``), uncoupled from the
+    other parameters. An affine map: the posterior is unchanged.
     """
-    factor = laplace_factor(hessian)
     offset = _site_offset(static, "Z")
-    shape = dict(static.layout).get("Z", ())
-    if offset is None or len(shape) != 2:
-        return factor
-    d, width = shape
-    active = data["kwargs"].get("active_components")
-    z = np.asarray(centre[offset: offset + d * width]).reshape(d, width)
-    free = []
-    for j in range(width if active is None else int(active)):
-        rows = offset + np.arange(d) * width + j
-        basis = np.linalg.qr(z[:, : j + 1])[0]
-        tangent = factor[rows] - basis @ (basis.T @ factor[rows])
-        if np.sum(tangent * tangent) > _UNLOCALIZED_SPREAD * (z[:, j] @ z[:, j]):
-            free.append(rows)
-    if not free:
-        return factor
-    free = np.concatenate(free)
+    if offset is None or free == 0:
+        return laplace_factor(hessian)
+    d, width = dict(static.layout)["Z"]
+    active = data["kwargs"]["active_components"]
+    active = width if active is None else int(active)
+    free = (offset + np.arange(d)[:, None] * width + np.arange(active - free, active)).ravel()
     hessian = np.array(hessian, dtype=float)
     hessian[free, :] = 0.0
     hessian[:, free] = 0.0
@@ -769,7 +781,7 @@ def sample_model(
     key = as_key(random_state)
     compiling = _compile_ahead(run, key, static, data)
     data["centre"], hessian = _best_mode(static, data, [_ravel(theta)])
-    data["factor"] = _localized_factor(static, data, data["centre"], hessian)
+    data["factor"] = laplace_factor(hessian)
     if compiling is not None:
         concurrent.futures.wait([compiling])
     sites, stats = _sample(static, data, run, key, 1.0, None)
@@ -1099,7 +1111,7 @@ def _preconditioned(noise, columns, identification, loadings, data, start, ahead
             starts.append(_ravel(jax.tree.map(np.asarray, other)))
         compiling = ahead(static, data) if ahead is not None else None
         centre, hessian = _best_mode(static, data, starts)
-        factor = _localized_factor(static, data, centre, hessian)
+        factor = _localized_factor(static, data, hessian, _free_columns(ml, n))
         factor = _cheapest_factor(static, factor, data["kwargs"]["suff_stats"])
         if compiling is not None:
             concurrent.futures.wait([compiling])  # a failure there is met again, and raised, here

@@ -494,6 +494,24 @@ def test_padded_components_outside_k_to_d_is_named(padded):
         _fit(X, 1, padded_components=padded)
 
 
+def _mean_differences_in_se(ours, theirs):
+    """|difference| of two fits' posterior means of sigma^2 and each entry of W W^T, in Monte Carlo
+    standard errors (each summary's own ESS); summaries constant in ``ours`` (zeros) left out."""
+
+    def summaries(fit):
+        w = fit.loadings_samples_
+        wwt = np.einsum("cmdk,cmek->cmde", w, w).reshape(*w.shape[:2], -1)
+        return np.concatenate([fit.noise_variance_samples_[..., None], wwt], axis=-1)
+
+    def ess(a):
+        return np.array([float(az.ess(a[..., j])) for j in range(a.shape[-1])])
+
+    a, b = summaries(ours), summaries(theirs)
+    keep = a.std((0, 1)) > 0
+    se = np.sqrt(a.var((0, 1)) / ess(a) + b.var((0, 1)) / ess(b))
+    return np.abs(a.mean((0, 1)) - b.mean((0, 1)))[keep] / se[keep]
+
+
 def test_padded_fits_on_iris_share_one_sampler_and_sample_the_same_posterior(backend_compiles):
     """Iris, pPCA k = 1 and 2 padded to 3 columns: the second fit compiles nothing, and the padded
     k = 2 posterior means of sigma^2 and W W^T are the unpadded sampler's within Monte Carlo error.
@@ -512,17 +530,7 @@ def test_padded_fits_on_iris_share_one_sampler_and_sample_the_same_posterior(bac
         assert a.loadings_samples_.shape == (4, 400, 4, 2)
         assert int(a.sample_stats_["diverging"].sum()) == 0
 
-    def summaries(fit):
-        w = fit.loadings_samples_
-        wwt = np.einsum("cmdk,cmek->cmde", w, w).reshape(4, 400, 16)
-        return np.concatenate([fit.noise_variance_samples_[..., None], wwt], axis=-1)
-
-    ours, theirs = summaries(padded), summaries(plain)
-    # Monte Carlo error of a difference of means, from each summary's own ESS.
-    ess = lambda a: np.array([float(az.ess(a[..., j])) for j in range(a.shape[-1])])  # noqa: E731
-    se = np.sqrt(ours.var((0, 1)) / ess(ours) + theirs.var((0, 1)) / ess(theirs))
-    keep = ours.std((0, 1)) > 0
-    z = np.abs(ours.mean((0, 1)) - theirs.mean((0, 1)))[keep] / se[keep]
+    z = _mean_differences_in_se(padded, plain)
     assert z.max() < 4.5, z
 
 
@@ -582,15 +590,7 @@ def test_a_column_beyond_the_datas_rank_gets_the_expansions_scale_and_samples_th
     cosines = np.abs(np.einsum("sdk,kd->sk", w, axes)) / np.linalg.norm(w, axis=1)
     assert cosines[:, :2].mean(0).min() > 0.95 and cosines[:, 2].mean() < 0.8, cosines.mean(0)
 
-    def summaries(fit):
-        w = fit.loadings_samples_
-        wwt = np.einsum("cmdk,cmek->cmde", w, w).reshape(4, 400, 144)
-        return np.concatenate([fit.noise_variance_samples_[..., None], wwt], axis=-1)
-
-    ours, theirs = summaries(localized), summaries(plain)
-    ess = lambda a: np.array([float(az.ess(a[..., j])) for j in range(a.shape[-1])])  # noqa: E731
-    se = np.sqrt(ours.var((0, 1)) / ess(ours) + theirs.var((0, 1)) / ess(theirs))
-    z = np.abs(ours.mean((0, 1)) - theirs.mean((0, 1))) / se
+    z = _mean_differences_in_se(localized, plain)
     assert z.max() < 4.5, z
     steps = [float(np.mean(f.sample_stats_["n_steps"])) for f in (localized, plain)]
     assert steps[0] < steps[1], steps

@@ -243,10 +243,18 @@ def test_draws_log_prob_equals_scipy_for_every_draw_and_row(graded):
     np.testing.assert_allclose(got, ref, rtol=1e-10)
 
 
+def test_log_prob_of_stacked_draws_equals_scipy_for_each_draw():
+    g = _stacked_draws(m=7, graded=(2, 5))
+    X = _data(_one(g, 0), n=30)
+    ref = np.stack([multivariate_normal(g.mean[s], _dense_cov(_one(g, s))).logpdf(X) for s in range(7)])
+    np.testing.assert_allclose(gaussian.log_prob(g, X), ref, rtol=1e-10)
+
+
 def test_draws_log_prob_in_blocks_bounded_by_rows_equals_log_prob(monkeypatch):
     # Blocks of draws shrink with the rows so that their products stay small: here blocks of 3 draws,
-    # the second all of large signal-to-noise ratio, the third partly.
+    # the second all of large signal-to-noise ratio, the third partly; those are scored two at a time.
     monkeypatch.setattr(gaussian, "_BLOCK_VALUES", 300)
+    monkeypatch.setattr(gaussian, "_EXACT_VALUES", 200)
     g = _stacked_draws(m=10, graded=(3, 4, 5, 7))
     X = _data(_one(g, 0), n=50)
     each = np.stack([gaussian.log_prob(_one(g, s), X) for s in range(10)])

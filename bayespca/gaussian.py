@@ -572,6 +572,7 @@ def log_likelihood_from_stats(g: LowRankGaussian, n_samples, mean, scatter, *, r
     Parameters
     ----------
     g : LowRankGaussian
+        Or ``m`` draws stacked on a leading axis (as :func:`log_prob`).
     n_samples : int
     mean : array of shape (d,)
         Sample mean.
@@ -588,7 +589,7 @@ def log_likelihood_from_stats(g: LowRankGaussian, n_samples, mean, scatter, *, r
 
     Returns
     -------
-    scalar
+    scalar, or (m,) for stacked draws
 
     Examples
     --------
@@ -604,8 +605,8 @@ def log_likelihood_from_stats(g: LowRankGaussian, n_samples, mean, scatter, *, r
     # Unrefined, the precision's own error (eps * lambda_max(M)) exceeds what the rotation saves.
     wh = whiten(g, rotate=refine)
     centre = _row_factors(ops, g, wh, ops.asarray(mean)[None, :], None)
-    trace = xp.sum(_precision(ops, g, wh, refine) * ops.asarray(scatter))
-    return n_samples * _log_density(xp, centre)[0] - 0.5 * trace
+    trace = xp.sum(_precision(ops, g, wh, refine) * ops.asarray(scatter), axis=(-2, -1))
+    return n_samples * _log_density(xp, centre)[..., 0] - 0.5 * trace
 
 
 # ------------------------------------------------------------ many draws at once
@@ -736,7 +737,9 @@ def draws_log_likelihood_from_stats(g: LowRankGaussian, n_samples, mean, scatter
     ``tr(C_s^{-1} S) = sum_j S_jj / psi_j - tr(B_s^T S B_s)``, one product
     ``S B`` per block of draws; the difference forms are used where
     :func:`draws_log_prob` uses them, the other draws are scored by
-    :func:`log_likelihood_from_stats`. NumPy: nothing is compiled.
+    :func:`log_likelihood_from_stats` on those draws stacked (n = 1000,
+    d = 20, k = 6, 1706 of 2000 such draws: 1.05 s one by one, 0.08 s
+    stacked). NumPy: nothing is compiled.
 
     Examples
     --------
@@ -759,8 +762,10 @@ def draws_log_likelihood_from_stats(g: LowRankGaussian, n_samples, mean, scatter
         return n_samples * centre - 0.5 * trace
 
     def exact_part(others):
-        draws = (LowRankGaussian(*(a[s] for a in others)) for s in range(others.loadings.shape[0]))
-        return np.array([log_likelihood_from_stats(one, n_samples, mean, scatter) for one in draws])
+        step = max(1, _EXACT_VALUES // scatter.size)  # stacked (draws, d, d) precisions
+        parts = [log_likelihood_from_stats(LowRankGaussian(*(a[s:s + step] for a in others)), n_samples, mean,
+                                           scatter) for s in range(0, others.loadings.shape[0], step)]
+        return np.concatenate(parts)
 
     return _by_blocks(g, mean, benign_part, exact_part)
 
@@ -984,29 +989,30 @@ def covariance(g: LowRankGaussian):
 
 def _precision(ops, g, wh: Whitened, refine: bool = True):
     xp = ops.xp
-    a, sd = wh.loadings, wh.sd
-    b = ops.tri_solve(wh.chol, a.T)  # (k, d) L^{-1} A^T, so A M^{-1} A^T = B^T B
+    a, sd = wh.loadings, wh.sd[..., :, None]
+    b = ops.tri_solve(wh.chol, _transpose(xp, a))  # (k, d) L^{-1} A^T, so A M^{-1} A^T = B^T B
 
     def solve(x):  # C^{-1} x = Psi^{-1/2} (I - B^T B) Psi^{-1/2} x, O(d^2 k)
-        y = x / sd[:, None]
-        return (y - b.T @ (b @ y)) / sd[:, None]
+        y = x / sd
+        return (y - _transpose(xp, b) @ (b @ y)) / sd
 
-    eye = xp.eye(a.shape[0], dtype=a.dtype)
-    w, noise = ops.asarray(g.loadings), ops.asarray(g.noise)
+    eye = xp.eye(a.shape[-2], dtype=a.dtype)
+    w, noise = ops.asarray(g.loadings), ops.asarray(g.noise)[..., :, None]
 
     def refined(prec):
         for _ in range(_REFINE):
-            prec = prec + solve(eye - (w @ (w.T @ prec) + noise[:, None] * prec))
+            prec = prec + solve(eye - (w @ (_transpose(xp, w) @ prec) + noise * prec))
         return prec
 
-    # The Woodbury form's relative error, eps * lambda_max(M) (M is diagonal in the rotated frame).
-    # The steps stay differentiated where taken: a gradient in psi reads C^-1 twice, so the Woodbury
-    # form's own derivative loses twice the digits (psi = 1e-6 var: 3e-4 relative).
+    # The Woodbury form's relative error, eps * lambda_max(M) (M is diagonal in the rotated frame);
+    # stacked draws are refined together where any needs it. The steps stay differentiated where
+    # taken: a gradient in psi reads C^-1 twice, so the Woodbury form's own derivative loses twice
+    # the digits (psi = 1e-6 var: 3e-4 relative).
     prec = solve(eye)
-    if refine and a.shape[1]:
-        error = _EPS * xp.max(xp.diagonal(ops.stop_gradient(wh.chol))) ** 2
+    if refine and a.shape[-1]:
+        error = _EPS * xp.max(xp.diagonal(ops.stop_gradient(wh.chol), axis1=-2, axis2=-1)) ** 2
         prec = ops.when(error > _PRECISION_TOLERANCE, refined, prec)
-    return 0.5 * (prec + prec.T)
+    return 0.5 * (prec + _transpose(xp, prec))
 
 
 def precision(g: LowRankGaussian):

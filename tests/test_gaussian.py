@@ -282,8 +282,19 @@ def test_draws_log_prob_refuses_rows_with_nan():
         gaussian.draws_log_prob(g, X[:, 0])
 
 
-@pytest.mark.parametrize("graded", [(), (3, 130)])
-def test_draws_log_likelihood_from_stats_equals_the_sum_over_rows(graded):
+def test_log_likelihood_from_stats_of_stacked_draws_equals_scipy_for_each_draw():
+    # Draw 1 needs the precision's refinement (lambda_max(M) ~ 1e9): stacked, all five are refined.
+    g = _stacked_draws(m=5, graded=(1,))
+    X = _data(_one(g, 0), n=50)
+    xbar = X.mean(axis=0)
+    got = gaussian.log_likelihood_from_stats(g, 50, xbar, (X - xbar).T @ (X - xbar))
+    ref = [multivariate_normal(g.mean[s], _dense_cov(_one(g, s))).logpdf(X).sum() for s in range(5)]
+    np.testing.assert_allclose(got, ref, rtol=1e-10)
+
+
+@pytest.mark.parametrize("graded", [(), (3, 130), (3, 4, 5, 130)])
+def test_draws_log_likelihood_from_stats_equals_the_sum_over_rows(graded, monkeypatch):
+    monkeypatch.setattr(gaussian, "_EXACT_VALUES", 2 * 6 * 6)  # stacked precisions two draws at a time
     g = _stacked_draws(m=140, graded=graded)
     X = _data(_one(g, 0), n=50)
     xbar = X.mean(axis=0)

@@ -554,6 +554,9 @@ def log_prob(g: LowRankGaussian, X, observed=None):
     >>> bool(np.isclose(part, multivariate_normal(0.1, 1.5).logpdf(0.3)))
     True
     """
+    if observed is not None and np.ndim(g.loadings) > 2:
+        raise ValueError(f"observed needs one draw (loadings of shape (d, k)); got loadings of shape "
+                         f"{np.shape(g.loadings)}: stacked draws take complete rows (observed=None).")
     ops = _ops(g, X, observed)
     return _log_density(ops.xp, _row_factors(ops, g, whiten(g), X, observed))
 
@@ -677,6 +680,12 @@ def _by_blocks(g: LowRankGaussian, centre: np.ndarray, benign_part, exact_part, 
     return np.concatenate(blocks)
 
 
+def _in_steps(g: LowRankGaussian, step: int, score) -> np.ndarray:
+    """``score`` of ``step`` stacked draws of ``g`` at a time, concatenated."""
+    m = np.shape(g.loadings)[0]
+    return np.concatenate([score(LowRankGaussian(*(a[s:s + step] for a in g))) for s in range(0, m, step)])
+
+
 def draws_log_prob(g: LowRankGaussian, X) -> np.ndarray:
     """``log N(x_i | mu_s, W_s W_s^T + Psi_s)`` for every draw ``s`` and row ``i``, shape (m, n).
 
@@ -723,10 +732,7 @@ def draws_log_prob(g: LowRankGaussian, X) -> np.ndarray:
         return -0.5 * (X.shape[1] * _LOG_2PI + f.logdet[:, None] + _quadratic_forms(f, rows).T)
 
     def exact_part(others):
-        step = max(1, _EXACT_VALUES // X.size)
-        parts = [log_prob(LowRankGaussian(*(a[s:s + step] for a in others)), X)
-                 for s in range(0, others.loadings.shape[0], step)]
-        return np.concatenate(parts)
+        return _in_steps(others, max(1, _EXACT_VALUES // X.size), lambda some: log_prob(some, X))
 
     return _by_blocks(g, centre, benign_part, exact_part, X.shape[0])
 
@@ -763,9 +769,7 @@ def draws_log_likelihood_from_stats(g: LowRankGaussian, n_samples, mean, scatter
 
     def exact_part(others):
         step = max(1, _EXACT_VALUES // scatter.size)  # stacked (draws, d, d) precisions
-        parts = [log_likelihood_from_stats(LowRankGaussian(*(a[s:s + step] for a in others)), n_samples, mean,
-                                           scatter) for s in range(0, others.loadings.shape[0], step)]
-        return np.concatenate(parts)
+        return _in_steps(others, step, lambda some: log_likelihood_from_stats(some, n_samples, mean, scatter))
 
     return _by_blocks(g, mean, benign_part, exact_part)
 

@@ -250,6 +250,13 @@ def test_log_prob_of_stacked_draws_equals_scipy_for_each_draw():
     np.testing.assert_allclose(gaussian.log_prob(g, X), ref, rtol=1e-10)
 
 
+def test_log_prob_refuses_stacked_draws_with_missing_values():
+    g = _stacked_draws(m=3)
+    X = _data(_one(g, 0), n=5)
+    with pytest.raises(ValueError, match=r"observed needs one draw .* got loadings of shape \(3, 6, 2\)"):
+        gaussian.log_prob(g, X, np.ones_like(X, dtype=bool))
+
+
 def test_draws_log_prob_in_blocks_bounded_by_rows_equals_log_prob(monkeypatch):
     # Blocks of draws shrink with the rows so that their products stay small: here blocks of 3 draws,
     # the second all of large signal-to-noise ratio, the third partly; those are scored two at a time.

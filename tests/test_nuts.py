@@ -421,6 +421,58 @@ def test_laplace_hessian_of_a_gaussian_is_its_precision(monkeypatch):
     np.testing.assert_allclose(seen[0], precision, rtol=1e-8, atol=1e-8)
 
 
+def test_an_ill_scaled_gaussians_mode_and_covariance_are_found(monkeypatch):
+    """Curvatures from about 1 to 1e11 (raw data in units that differ by 1e5): the mean and covariance.
+
+    ``P = D A D`` with ``A`` well conditioned and ``D = diag(1, .., 1e5)``;
+    its inverse, ``D^-1 A^-1 D^-1``, is computed from ``A``'s. The
+    eigendecomposition of ``P`` as it stands puts its small eigenvalues
+    below ``1e-8`` of the largest, where they used to be floored: Newton
+    then crept along them and the factor's variances there were too
+    small (raw breast cancer, pPCA k = 22: 1e5 nats short of the mode,
+    511 leapfrog steps a draw). The Hessian by central differences of a
+    linear gradient is exact up to rounding, so the mode search ends on
+    the mean.
+    """
+    from bayespca.inference import nuts
+
+    rng = np.random.default_rng(5)
+    a = rng.normal(size=(4, 4))
+    core = a @ a.T + 4.0 * np.eye(4)
+    scale = np.logspace(0.0, 5.0, 4)
+    precision = core * np.outer(scale, scale)
+    covariance = np.linalg.inv(core) / np.outer(scale, scale)
+    mean = np.array([1.0, -2.0, 0.5, 3.0]) / scale
+    seen = {}
+    best_mode, factor = nuts._best_mode, nuts.laplace_factor
+    monkeypatch.setattr(nuts, "_best_mode", lambda *a: seen.setdefault("mode", best_mode(*a)))
+    monkeypatch.setattr(nuts, "laplace_factor", lambda h: seen.setdefault("factor", factor(h)))
+    sites, _ = nuts.sample_model(gaussian_target, {}, {"mean": mean, "precision": precision},
+                                 {"x": mean + 1.0}, num_warmup=200, num_samples=500, num_chains=2,
+                                 random_state=0, progress_bar=False)
+    np.testing.assert_allclose(seen["mode"][0] * scale, mean * scale, atol=1e-8)
+    s = seen["factor"]
+    np.testing.assert_allclose((s @ s.T) * np.outer(scale, scale), covariance * np.outer(scale, scale),
+                               rtol=1e-6, atol=1e-8)
+    x = sites["x"]
+    ess = np.array([float(az.ess(x[..., j])) for j in range(4)])
+    z = (x.reshape(-1, 4).mean(0) - mean) / np.sqrt(np.diag(covariance) / ess)
+    assert np.all(np.abs(z) < 4.5), z
+
+
+def test_laplace_factor_caps_variances_at_ten_at_any_scale():
+    """A flat direction gets variance 10 also beside a curvature of 1e12.
+
+    ``diag(1e12, 1e-3)``: variances ``1e-12`` and ``1000``, the second cut
+    to 10 (it used to get ``1e-4``, the floor at ``1e-8`` of the largest).
+    """
+    from bayespca.inference.nuts import laplace_factor
+
+    s = laplace_factor(np.diag([1e12, 1e-3]))
+    np.testing.assert_allclose(np.diag(s @ s.T), [1e-12, 10.0], rtol=1e-10)
+    assert abs((s @ s.T)[0, 1]) < 1e-12
+
+
 def test_more_chains_than_a_batch_of_gradients_start_right():
     """A 1-D target has 2 rows per compiled batch of gradients: 5 chains' starts take three calls.
 

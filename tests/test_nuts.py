@@ -461,16 +461,18 @@ def test_an_ill_scaled_gaussians_mode_and_covariance_are_found(monkeypatch):
 
 
 def test_laplace_factor_caps_variances_at_ten_at_any_scale():
-    """A flat direction gets variance 10 also beside a curvature of 1e12.
+    """Flat and curved-down directions get variance 10 also beside a curvature of 1e12.
 
     ``diag(1e12, 1e-3)``: variances ``1e-12`` and ``1000``, the second cut
-    to 10 (it used to get ``1e-4``, the floor at ``1e-8`` of the largest).
+    to 10; ``diag(1e12, -1)``: the negative curvature gets variance 10. Both
+    used to get ``1e-4``, the floor at ``1e-8`` of the largest eigenvalue.
     """
     from bayespca.inference.nuts import laplace_factor
 
-    s = laplace_factor(np.diag([1e12, 1e-3]))
-    np.testing.assert_allclose(np.diag(s @ s.T), [1e-12, 10.0], rtol=1e-10)
-    assert abs((s @ s.T)[0, 1]) < 1e-12
+    for hessian in (np.diag([1e12, 1e-3]), np.diag([1e12, -1.0])):
+        s = laplace_factor(hessian)
+        np.testing.assert_allclose(np.diag(s @ s.T), [1e-12, 10.0], rtol=1e-10)
+        assert abs((s @ s.T)[0, 1]) < 1e-12
 
 
 def test_more_chains_than_a_batch_of_gradients_start_right():

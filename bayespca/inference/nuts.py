@@ -14,7 +14,7 @@ runner adds three things that make it fast:
    ``xi`` with ``theta = theta_0 + S xi``, ``S S^T`` the inverse Hessian of
    the potential at ``theta_0`` (eigenvalues floored, and equilibrated by
    the diagonal first where they span more than a double resolves,
-   :func:`_inverse_factor`): NUTS sees
+   :func:`_modified_eigen`): NUTS sees
    near-unit-scale geometry whatever ``n`` or the data's units, and each
    chain starts at a draw of that approximation. An affine map: the
    posterior is unchanged. A polar column whose direction the data leave
@@ -315,15 +315,15 @@ def _mode(static: _Static, data: dict, start: np.ndarray) -> tuple[np.ndarray, n
     (diabetes, FA k=1: one chain of four 10 nats below the others, R-hat
     1.5). Steps use the Hessian with its eigenvalues replaced by
     ``max(|lambda|, 0.1)`` (saddles and flat directions are left downhill;
-    :func:`_inverse_factor`), at most 3 long, with backtracking to
+    :func:`_modified_eigen`), at most 3 long, with backtracking to
     sufficient decrease.
     """
     x = np.asarray(start, dtype=float)
     value, grad = _value_and_gradient(static, data, x)
     hessian = _hessian(static, data, x)
     for _ in range(_MODE_MAX_STEPS):
-        factor = _inverse_factor(hessian, absolute=True)
-        step = -factor @ (factor.T @ grad)
+        vals, vecs = _modified_eigen(hessian, absolute=True)
+        step = -vecs @ ((vecs.T @ grad) / vals)
         step *= min(1.0, _MODE_MAX_STEP_NORM / max(float(np.linalg.norm(step)), 1e-300))
         decrease = -float(grad @ step)
         if not decrease > 1e-8:
@@ -377,7 +377,7 @@ def laplace_factor(hessian: np.ndarray) -> np.ndarray:
 
     Flat or curved-down directions (should Newton stop short of the mode, or
     a start be the ML point rather than the posterior's mode) get a standard
-    deviation of at most ``sqrt(10)`` (:func:`_inverse_factor`).
+    deviation of at most ``sqrt(10)`` (:func:`_modified_eigen`).
 
     Examples
     --------
@@ -385,7 +385,8 @@ def laplace_factor(hessian: np.ndarray) -> np.ndarray:
     >>> np.round(S @ S.T, 3).tolist()
     [[0.25, 0.0], [0.0, 10.0]]
     """
-    return _inverse_factor(hessian, absolute=False)
+    vals, vecs = _modified_eigen(hessian, absolute=False)
+    return vecs / np.sqrt(vals)
 
 
 # The inverse's variances at most this (units of theta), and an eigenvalue below this fraction of the
@@ -393,51 +394,51 @@ def laplace_factor(hessian: np.ndarray) -> np.ndarray:
 _MAX_VARIANCE, _RESOLVED = 10.0, 1e-8
 
 
-def _inverse_factor(hessian: np.ndarray, absolute: bool) -> np.ndarray:
-    """``F`` (p x p) with ``F F^T`` the inverse of ``hessian``, every variance at most 10.
+def _modified_eigen(hessian: np.ndarray, absolute: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Eigenvalues (p,) and orthonormal eigenvectors (p, p) of ``hessian``, modified to be inverted.
 
-    Eigenvalues ``lambda`` of ``hessian`` become ``max(lambda, 0.1)``
-    (``absolute``: ``max(|lambda|, 0.1)``, Newton's choice at a saddle).
-    Eigenvalues below ``1e-8`` of the largest are rounding to a double's
-    eigendecomposition and floored there. When a positive definite
-    ``hessian`` spans more than that, the parameters' scales are the likely
-    cause: its inverse is then taken through the eigendecomposition of
-    ``D^-1/2 H D^-1/2``, ``D`` the diagonal, and its variances above 10 are
-    cut to 10. Raw breast cancer, pPCA k = 22: eigenvalues from 1e-3 to
-    2e13, 566 of 713 floored when taken as they are, Newton stopped 1e5
-    nats short of the mode and NUTS took 511 leapfrog steps a draw;
-    equilibrated, they span 2e7, and NUTS takes 31. An indefinite
-    ``hessian`` (Newton far from the mode) keeps the floors: factor
-    analysis's path to its mode through saddles is then the one it was.
+    Eigenvalues ``lambda`` become ``max(lambda, 0.1)`` (``absolute``:
+    ``max(|lambda|, 0.1)``, Newton's choice at a saddle), so no variance of
+    the inverse exceeds 10. Eigenvalues below ``1e-8`` of the largest are
+    rounding to a double's eigendecomposition. When ``hessian``'s spectrum
+    spans more than that, the parameters' scales are the likely cause, and
+    its eigendecomposition is taken of ``D^-1/2 H D^-1/2``, ``D`` the
+    diagonal (:func:`_equilibrated_eigen`). Raw breast cancer, pPCA k = 22:
+    eigenvalues from 1e-3 to 2e13, 566 of 713 floored at ``1e-8`` of the
+    largest when taken as they are, Newton stopped 1e5 nats short of the
+    mode and NUTS took 511 leapfrog steps a draw; equilibrated, they span
+    2e7, and NUTS takes 31. A resolved spectrum is modified as it stands.
 
     Examples
     --------
-    >>> F = _inverse_factor(np.array([[1e12, 1e5], [1e5, 1.0]]), absolute=False)
-    >>> bool(np.allclose(F @ F.T, np.linalg.inv(np.array([[1e12, 1e5], [1e5, 1.0]]))))
-    True
+    Variances ``1e-12`` and ``1000``: the first resolved, the second cut to 10.
+
+    >>> vals, vecs = _modified_eigen(np.diag([1e12, 1e-3]), absolute=False)
+    >>> np.round(((vecs / vals) @ vecs.T).diagonal() / [1e-12, 1.0], 6).tolist()
+    [1.0, 10.0]
     """
     vals, vecs = np.linalg.eigh(hessian)
     floor = _RESOLVED * np.abs(vals).max()
     if np.abs(vals).min() < floor:
-        factor = _equilibrated_inverse_factor(hessian)
-        if factor is not None:
-            return factor
+        return _equilibrated_eigen(hessian, absolute)
     magnitude = np.abs(vals) if absolute else vals
-    return vecs / np.sqrt(np.maximum(magnitude, max(floor, 1.0 / _MAX_VARIANCE)))
+    return np.maximum(magnitude, max(floor, 1.0 / _MAX_VARIANCE)), vecs
 
 
-def _equilibrated_inverse_factor(hessian: np.ndarray) -> np.ndarray | None:
-    """:func:`_inverse_factor` through ``D^-1/2 H D^-1/2``; None unless that is positive definite."""
-    diag = np.diag(hessian)
-    if not np.all(diag > 0):
-        return None
-    scale = np.sqrt(diag)
+def _equilibrated_eigen(hessian: np.ndarray, absolute: bool) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_modified_eigen` through ``D^-1/2 H D^-1/2``, ``D = |diag(H)|`` (zeros taken for 1).
+
+    Its eigenvalues are modified as the plain ones are (floored at ``1e-8``
+    of the largest, or their magnitudes taken), then the variances of the
+    inverse, mapped back, are cut to 10 along the inverse's own axes.
+    """
+    diag = np.abs(np.diag(hessian))
+    scale = np.sqrt(np.where(diag > 0, diag, 1.0))
     vals, vecs = np.linalg.eigh(hessian / np.outer(scale, scale))
-    if not vals.min() > 0:
-        return None
-    factor = vecs / np.sqrt(np.maximum(vals, _RESOLVED * vals.max())) / scale[:, None]
+    magnitude = np.abs(vals) if absolute else vals
+    factor = vecs / np.sqrt(np.maximum(magnitude, _RESOLVED * np.abs(vals).max())) / scale[:, None]
     left, singular, _ = np.linalg.svd(factor)
-    return left * np.minimum(singular, np.sqrt(_MAX_VARIANCE))
+    return 1.0 / np.minimum(singular, np.sqrt(_MAX_VARIANCE)) ** 2, left
 
 
 # A component whose ML signal-to-noise eigenvalue is below this multiple of the noise bulk's edge

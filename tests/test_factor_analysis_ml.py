@@ -113,7 +113,7 @@ def test_never_below_sklearn_on_its_datasets_and_stationary(case):
     w, psi = fit.gaussian.loadings / sd[:, None], fit.gaussian.noise / sd**2
     grad_w, grad_log_psi, terms_w = _extended_precision_gradient(w, psi, np.corrcoef(X.T), n)
     # dl/dW vanishes at the profiled W(psi) up to the accuracy of its eigendecomposition: 1e-6
-    # absolute, or 1e-9 of the terms it is the difference of where psi_j at the floor makes them
+    # absolute plus 1e-9 of the terms it is the difference of, which psi_j at the floor makes
     # large (raw breast cancer k = 18-22: up to 2.4e-11 of terms of ~1e7)
     assert np.all(np.abs(grad_w) < 1e-6 + 1e-9 * terms_w)
     assert np.max(np.abs(grad_log_psi[~fit.at_floor]), initial=0.0) < 1e-6

@@ -648,3 +648,84 @@ def test_a_column_beyond_the_datas_rank_gets_the_expansions_scale_and_samples_th
     assert z.max() < 4.5, z
     steps = [float(np.mean(f.sample_stats_["n_steps"])) for f in (localized, plain)]
     assert steps[0] < steps[1], steps
+
+
+def test_loose_rotations_read_andersons_precision_of_the_angle_from_the_hessian():
+    """At the ML point of pPCA (``Z = U``, the sample's leading eigenvectors), the Hessian of the
+    model's potential along the move of ``z_a`` towards ``u_b`` is the expansion's ``2 c`` plus
+    Anderson's (1963) closed-form precision of the angle between sample eigenvectors,
+    ``n (l_a - l_b)^2 / (l_a l_b)``. Eigenvalues 6, 1.6, 1.5 of 6 (n = 2000): the second and third
+    directions have a standard error of about 0.35 rad, above the 0.2 at which the runner takes
+    their rotation for loose, the others below 0.02; the basis is the four coordinates of ``z_1``
+    and ``z_2`` in the plane of ``u_1`` and ``u_2``.
+    """
+    from jax.flatten_util import ravel_pytree
+
+    from bayespca.inference import nuts
+    from bayespca.models import EXPANSION_CONCENTRATION
+
+    rng = np.random.default_rng(0)
+    n, d, k = 2000, 6, 3
+    rotation = np.linalg.qr(rng.normal(size=(d, d)))[0]
+    X = rng.normal(size=(n, d)) * np.sqrt([6.0, 1.6, 1.5, 0.5, 0.5, 0.5]) @ rotation.T
+    ell, vectors = np.linalg.eigh(np.cov(X.T, bias=True))
+    ell, vectors = ell[::-1], vectors[:, ::-1]
+    sigma2 = ell[k:].mean()
+    ml = LowRankGaussian(vectors[:, :k] * np.sqrt(ell[:k] - sigma2), np.full(d, sigma2), X.mean(0))
+    kwargs = {"n_components": k, "prior": None, "identification": "polar",
+              "suff_stats": sufficient_statistics(X)}
+    loadings = resolve(as_priors(None), "isotropic", data_scales(X)).loadings
+    theta = unconstrain_fn(ppca, (), kwargs, initial_values("polar", loadings, ml, "isotropic", n))
+    flat, unravel = ravel_pytree({name: np.asarray(v, dtype=float) for name, v in theta.items()})
+    hessian = np.asarray(jax.hessian(lambda v: potential_energy(ppca, (), kwargs, unravel(v)))(flat))
+    # Where Z[i, j] sits in the raveled parameters: mark each entry with its own position.
+    marks = unravel(np.arange(flat.size, dtype=float))
+    index = np.asarray(marks["Z"]).astype(int)
+    z = np.asarray(theta["Z"])
+    np.testing.assert_allclose(z.T @ z, np.eye(k), atol=1e-12)
+
+    for a in range(k):
+        for b in range(a + 1, k):
+            u = z[:, b]
+            curvature = u @ hessian[np.ix_(index[:, a], index[:, a])] @ u
+            anderson = n * (ell[a] - ell[b]) ** 2 / (ell[a] * ell[b])
+            assert curvature == pytest.approx(2 * EXPANSION_CONCENTRATION + anderson, rel=1e-8)
+
+    basis = nuts._loose_rotations(hessian, index, z, k)
+    expected = np.zeros((flat.size, 4))
+    for m, (i, j) in enumerate([(1, 1), (1, 2), (2, 1), (2, 2)]):
+        expected[index[:, i], m] = z[:, j]
+    np.testing.assert_allclose(basis @ basis.T, expected @ expected.T, atol=1e-12)
+
+
+def test_a_loose_pair_of_directions_gets_the_expansions_scale_and_samples_the_same_posterior(monkeypatch):
+    """Diabetes, standardised, pPCA k = 6: components 2-3 and 5-6 have eigenvalues close enough
+    that the data orient each pair only loosely (standard errors of their angles 0.21 and 0.37
+    rad at the mode), and the runner resets their planes' coordinates to the expansion's scale.
+    The posterior means of sigma^2 and W W^T are those of the sampler with the plain Laplace
+    factor within Monte Carlo error.
+    """
+    from sklearn.datasets import load_diabetes
+
+    from bayespca.inference import nuts
+
+    X = load_diabetes().data
+    X = (X - X.mean(0)) / X.std(0)
+    options = {"method": "nuts", "num_warmup": 300, "num_samples": 400, "random_state": 1,
+               "progress_bar": False}
+    found, original = [], nuts._loose_rotations
+
+    def loose_rotations(hessian, index, z, oriented):
+        found.append(original(hessian, index, z, oriented))
+        return found[-1]
+
+    monkeypatch.setattr(nuts, "_loose_rotations", loose_rotations)
+    localized = PPCA(6, **options).fit(X)
+    assert found and found[-1].shape[1] > 0  # four coordinates for each loose pair
+    monkeypatch.setattr(nuts, "_loose_rotations", lambda hessian, *_: np.zeros((len(hessian), 0)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)  # the plain factor's chains mix worse here
+        plain = PPCA(6, **options).fit(X)
+
+    z = _mean_differences_in_se(localized, plain)
+    assert z.max() < 4.5, z

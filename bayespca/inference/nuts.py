@@ -21,7 +21,9 @@ runner adds three things that make it fast:
    free (one beyond the data's rank) gets the polar expansion's own scale
    there instead: the Laplace approximation at the mode misdescribes a
    direction that roams its sphere (``_localized_factor``; d = 20, rank 3,
-   k = 4: 27 -> 18 leapfrog steps a draw). A dense ``S`` costs ``O(p^2)``
+   k = 4: 27 -> 18 leapfrog steps a draw). So do two columns whose relative
+   rotation the data leave loose (close eigenvalues), in their plane only
+   (diabetes, standardised, k = 6: the divergent transitions went). A dense ``S`` costs ``O(p^2)``
    per gradient, which dominates from a few hundred parameters on; for pPCA the Laplace
    covariance is exactly block-structured once ``Z`` and ``mu`` are rotated
    by the data's principal axes, and above :data:`_ROTATED_ABOVE`
@@ -472,35 +474,105 @@ def _free_columns(g: LowRankGaussian, n: int) -> int:
     return int(np.sum(ratios <= _BULK_MARGIN * (1.0 + np.sqrt(d / n)) ** 2))
 
 
-def _localized_factor(static: _Static, data: dict, hessian: np.ndarray, free: int) -> np.ndarray:
-    """:func:`laplace_factor`, but the last ``free`` active polar columns get the expansion's scale.
+def _localized_factor(
+    static: _Static, data: dict, hessian: np.ndarray, free: int, centre: np.ndarray
+) -> np.ndarray:
+    """:func:`laplace_factor`, with the expansion's scale where the data leave polar directions loose.
 
     Column ``j`` of ``U`` is column ``j`` of ``Z`` made orthogonal to the
     ones before and normalised. Where the data orient it (a component of
-    signal) the Laplace approximation at the mode describes how it turns.
-    Where they do not (a component within the noise, :func:`_free_columns`)
-    its direction roams its sphere, which no Gaussian in ``Z`` describes:
-    synthetic n=1000, d=20, rank 3, k=4: the fourth direction's cosine
-    with the mode's averages 0.58 over the posterior, the draws spread 5
-    Laplace standard deviations along one direction, and NUTS takes 31
-    leapfrog steps a draw instead of 15. Such a column's block of the
-    Hessian becomes the curvature of the expansion density alone, ``2 c``
+    signal) the Laplace approximation at the mode (``centre``) describes how
+    it turns. It does not in two cases, where the preconditioner instead
+    takes the curvature of the expansion density alone, ``2 c``
     (:func:`bayespca.models.expansion_log_density`: where ``U`` is uniform,
     ``Z``'s entries have variance about ``1 / (2 c)``), uncoupled from the
-    other parameters. An affine map: the posterior is unchanged.
+    other parameters. Both are affine maps: the posterior is unchanged.
+
+    * The last ``free`` active columns lie within the noise
+      (:func:`_free_columns`): their directions roam their spheres, which
+      no Gaussian in ``Z`` describes (synthetic n=1000, d=20, rank 3, k=4:
+      the fourth direction's cosine with the mode's averages 0.58 over the
+      posterior, and NUTS takes 31 leapfrog steps a draw instead of 15).
+      All of their block is reset.
+    * Two oriented components whose relative rotation the data leave loose
+      (:func:`_loose_rotations`): ``u_a`` and ``u_b`` turn into each other
+      where their scales' gap reaches 0, so the posterior of the angle is a
+      funnel in the gap, and at large angles ``Z``'s columns move around a
+      circle that the Laplace frame's fixed axes cross through ``Z``'s
+      rank-deficient centre. Only the coordinates of ``z_a`` and ``z_b``
+      in the plane of ``u_a`` and ``u_b`` are reset, so the frame is the
+      same whatever the angle. (Diabetes, standardised, pPCA k=6, 16 seeds:
+      NUTS adapted inverse masses of 15-37 to those coordinates, and the
+      divergent transitions followed them into the expansion's barrier:
+      1 in all, 14 with the expansion's ``c`` at 4; with the reset 0, and
+      1 at ``c = 4``, at the same 31 steps a draw.)
     """
     offset = _site_offset(static, "Z")
-    if offset is None or free == 0:
+    if offset is None:
         return laplace_factor(hessian)
     d, width = dict(static.layout)["Z"]
     active = data["kwargs"]["active_components"]
     active = width if active is None else int(active)
-    free = (offset + np.arange(d)[:, None] * width + np.arange(active - free, active)).ravel()
+    index = offset + np.arange(d)[:, None] * width + np.arange(width)  # where Z[i, j] is
     hessian = np.array(hessian, dtype=float)
-    hessian[free, :] = 0.0
-    hessian[:, free] = 0.0
-    hessian[free, free] = 2.0 * EXPANSION_CONCENTRATION
+    if free:
+        cols = index[:, active - free : active].ravel()
+        hessian[cols, :] = 0.0
+        hessian[:, cols] = 0.0
+        hessian[cols, cols] = 2.0 * EXPANSION_CONCENTRATION
+    basis = _loose_rotations(hessian, index, np.asarray(centre)[index], active - free)
+    if basis.shape[1]:
+        # (I - P) H (I - P) + 2 c P, with P = B B^T the projection on the planes' coordinates.
+        hb = hessian @ basis
+        hessian += basis @ (basis.T @ hb + 2.0 * EXPANSION_CONCENTRATION * np.eye(basis.shape[1])) @ basis.T
+        hessian -= basis @ hb.T + hb @ basis.T
     return laplace_factor(hessian)
+
+
+# The data's standard error of the angle (radians) between two components' directions above which
+# their relative rotation is taken for loose (_loose_rotations). At 0.2 the scales' gap, whose
+# relative standard error is about twice the angle's, is within 2.5 standard errors of 0.
+# Diabetes, standardised, pPCA k=6, plain Laplace factor: the pairs at 0.21 and 0.37 rad (at the
+# mode) got adapted inverse masses of 15-37 on one coordinate of each column, every other
+# coordinate 4 or less.
+_LOOSE_ANGLE = 0.2
+
+
+def _loose_rotations(hessian: np.ndarray, index: np.ndarray, z: np.ndarray, oriented: int) -> np.ndarray:
+    """An orthonormal basis (p, m) of the coordinates of ``Z`` in the planes of loosely oriented pairs.
+
+    At the mode ``Z^T Z = I`` (the expansion's mode; the data see only
+    ``U``), so ``Z = U``, and moving ``z_a`` by ``t`` along ``u_b``
+    (``a < b``) turns ``u_a`` towards ``u_b`` by the angle ``t``. The
+    Hessian's curvature along that move is ``2 c`` (the expansion's: ``tr
+    G`` grows by ``t^2``, ``det G`` is unchanged) plus the data's precision
+    of the angle; for pPCA at the ML point the latter is Anderson's (1963)
+    ``n (l_a - l_b)^2 / (l_a l_b)``, ``l`` the covariance's eigenvalues. A
+    pair whose precision is below ``_LOOSE_ANGLE^-2`` contributes ``z_a``'s
+    and ``z_b``'s coordinates along ``u_a`` and ``u_b``.
+
+    Examples
+    --------
+    Two columns in d = 2 whose rotation has only the expansion's curvature:
+
+    >>> h = 16.0 * np.eye(4)
+    >>> _loose_rotations(h, np.arange(4).reshape(2, 2), np.eye(2), 2).shape
+    (4, 4)
+    >>> _loose_rotations(h + 100.0 * np.eye(4), np.arange(4).reshape(2, 2), np.eye(2), 2).shape
+    (4, 0)
+    """
+    u, _ = np.linalg.qr(z[:, :oriented])
+    vectors = {}
+    for a in range(oriented):
+        block = hessian[np.ix_(index[:, a], index[:, a])]
+        for b in range(a + 1, oriented):
+            precision = u[:, b] @ block @ u[:, b] - 2.0 * EXPANSION_CONCENTRATION
+            if precision < _LOOSE_ANGLE**-2:
+                vectors.update({(i, j): None for i in (a, b) for j in (a, b)})
+    basis = np.zeros((hessian.shape[0], len(vectors)))
+    for m, (i, j) in enumerate(vectors):
+        basis[index[:, i], m] = u[:, j]
+    return basis
 
 
 def _site_offset(static: _Static, site: str) -> int | None:
@@ -1165,7 +1237,7 @@ def _preconditioned(noise, columns, identification, loadings, data, start, ahead
             starts.append(_ravel(jax.tree.map(np.asarray, other)))
         compiling = ahead(static, data) if ahead is not None else None
         centre, hessian = _best_mode(static, data, starts)
-        factor = _localized_factor(static, data, hessian, _free_columns(ml, n))
+        factor = _localized_factor(static, data, hessian, _free_columns(ml, n), centre)
         factor = _cheapest_factor(static, factor, data["kwargs"]["suff_stats"])
         if compiling is not None:
             concurrent.futures.wait([compiling])  # a failure there is met again, and raised, here

@@ -502,7 +502,7 @@ def _localized_factor(
       rank-deficient centre. Only the coordinates of ``z_a`` and ``z_b``
       in the plane of ``u_a`` and ``u_b`` are reset, so the frame is the
       same whatever the angle. (Diabetes, standardised, pPCA k=6, 16 seeds:
-      NUTS adapted inverse masses of 15-37 to those coordinates, and the
+      NUTS adapted inverse masses of 13-37 to those coordinates, and the
       divergent transitions followed them into the expansion's barrier:
       1 in all, 14 with the expansion's ``c`` at 4; with the reset 0, and
       1 at ``c = 4``, at the same 31 steps a draw.)
@@ -533,8 +533,8 @@ def _localized_factor(
 # their relative rotation is taken for loose (_loose_rotations). At 0.2 the scales' gap, whose
 # relative standard error is about twice the angle's, is within 2.5 standard errors of 0.
 # Diabetes, standardised, pPCA k=6, plain Laplace factor: the pairs at 0.21 and 0.37 rad (at the
-# mode) got adapted inverse masses of 15-37 on one coordinate of each column, every other
-# coordinate 4 or less.
+# mode) got adapted inverse masses of 13-37 on one coordinate of each column (seeds 0 and 14),
+# every other coordinate at most 7.
 _LOOSE_ANGLE = 0.2
 
 

@@ -221,3 +221,24 @@ def test_default_starts_reach_the_best_of_64_random_starts(k):
     ours = fit_covariance(cov, k, floor)
     n = X.shape[0]
     assert -0.5 * n * (ours.objective[-1] - reference.objective[-1]) > -1e-6
+
+
+def test_a_heywood_case_at_the_first_start_still_reaches_the_best_of_64_random_starts():
+    # 100 x 5, two factors (benchmarks/bench_cold.py's smallest shape): Newton from the squared
+    # multiple correlations ends with feature 1 at its floor, so psi = var is screened with the
+    # other starts instead of run on its own. The optimum must be the best that Newton reaches
+    # from 64 random starts in turn, and feature 1 stays a Heywood case there.
+    rng = np.random.default_rng(100 * 1000 + 5)
+    W = rng.standard_normal((5, 2)) * np.linspace(2.0, 0.5, 2)
+    noise = rng.standard_normal((100, 5)) * np.sqrt(rng.uniform(0.2, 2.0, 5))
+    X = rng.standard_normal((100, 2)) @ W.T + noise + 3.0
+    cov = np.cov(X.T, bias=True)
+    var = np.diag(cov)
+    floor = 1e-9 * var
+    draw = np.random.default_rng(7)
+    starts = [var * draw.uniform(0.05, 1.0, 5) for _ in range(64)]
+    reference = fit_covariance(cov, 2, floor, starts=starts)
+    ours = fit_covariance(cov, 2, floor)
+    assert -0.5 * 100 * (ours.objective[-1] - reference.objective[-1]) > -1e-9
+    assert ours.at_floor.tolist() == [False, True, False, False, False]
+    assert len(ours.start_objectives) == 32

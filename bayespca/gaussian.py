@@ -469,7 +469,11 @@ class _RowFactors(NamedTuple):
 def _row_factors(ops, g, wh: Whitened, X, observed) -> _RowFactors:
     xp = ops.xp
     a = wh.loadings
-    y = (ops.asarray(X) - ops.asarray(g.mean)[..., None, :]) / wh.sd[..., None, :]
+    centred = ops.asarray(X) - ops.asarray(g.mean)[..., None, :]
+    if observed is not None:  # a missing entry's placeholder minus the mean can overflow once divided
+        obs = xp.asarray(observed, dtype=bool)
+        centred = xp.where(obs, centred, 0.0)
+    y = centred / wh.sd[..., None, :]
     log_sd = xp.log(wh.sd)
     if observed is None:
         chol = wh.chol
@@ -481,8 +485,6 @@ def _row_factors(ops, g, wh: Whitened, X, observed) -> _RowFactors:
         logdet = xp.broadcast_to(logdet[..., None], y.shape[:-1])
         resid = y - z @ _transpose(xp, a)
     else:
-        obs = xp.asarray(observed, dtype=bool)
-        y = xp.where(obs, y, 0.0)
         chol = _masked_capacitance(ops, wh, obs)
         # Batched solves with n small triangular factors cost as much as inverting them once,
         # and the inverses serve z, the missing-block covariances and the conditional variances.

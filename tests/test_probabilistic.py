@@ -233,6 +233,19 @@ def test_transform_and_latent_posterior_match_dense_conditioning(fitted_with_mis
     np.testing.assert_allclose(shared.covariance, _conditioning(model, complete[0])[1], atol=1e-12)
 
 
+def test_a_row_with_nothing_observed_gets_the_prior_at_any_scale():
+    # Its latent posterior is the prior N(0, I) whatever the mean: at 1e300 the missing entries'
+    # placeholders minus the mean, divided by the noise sd, used to overflow (a RuntimeWarning
+    # that a property test found).
+    X = np.array([[np.nan], [8.21618144e299]])  # as the property test drew it
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("error", RuntimeWarning)
+        model = PPCA(1, noise_floor=1e-12).fit(X)
+        post = model.latent_posterior(X[:1])
+    np.testing.assert_array_equal(post.mean, [[0.0]])
+    np.testing.assert_allclose(post.covariance, [[[1.0]]], rtol=1e-12)
+
 def test_score_samples_match_scipy(fitted_with_missing):
     model, X = fitted_with_missing
     rows = X[:15]

@@ -212,9 +212,10 @@ def _ppca_reference(est, values):
         return
     with np.errstate(over="ignore", invalid="ignore"):
         centred = values - values.mean(0)
-        lam = np.linalg.eigvalsh(centred.T @ centred / n)[::-1]
-    if not np.all(np.isfinite(lam)):
+        cov = centred.T @ centred / n
+    if not np.all(np.isfinite(cov)):  # beyond a double's range: no reference
         return
+    lam = np.linalg.eigvalsh(cov)[::-1]
     sigma2 = lam[k:].mean()
     rounding = 64 * n * d * np.finfo(float).eps * lam[0]
     if sigma2 > 1e3 * rounding:

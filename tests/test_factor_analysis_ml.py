@@ -192,6 +192,23 @@ def test_near_constant_column_scores_at_least_sklearn():
     assert np.all(np.abs(ours.loadings_[:5]).max(axis=1) > 0.1)  # the factors are not lost
 
 
+def test_more_factors_than_the_varying_features_take_get_zero_loadings():
+    # Two of five features are constant; the three that vary are fitted exactly by one factor
+    # (3 features, 1 factor: no degrees of freedom left). k = 4 used to fail with a shape
+    # mismatch (the live block has 3 loadings columns); now the 4th column is 0 and the model's
+    # covariance of the varying features is their sample covariance.
+    rng = np.random.default_rng(0)
+    V = rng.standard_normal((30, 2)) @ rng.standard_normal((2, 3)) + 0.3 * rng.standard_normal((30, 3))
+    X = np.column_stack([V[:, 0], np.full(30, 2.0), V[:, 1], np.full(30, -1.0), V[:, 2]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fa = FactorAnalysis(4).fit(X)
+        two = FactorAnalysis(2).fit(X)
+    assert np.all(fa.components_[3] == 0.0)
+    live = [0, 2, 4]
+    np.testing.assert_allclose(fa.get_covariance()[np.ix_(live, live)], np.cov(V.T, bias=True), rtol=1e-8)
+    assert fa.log_likelihood_ == pytest.approx(two.log_likelihood_, rel=1e-10)
+
 def test_starts_explore_when_the_first_two_disagree():
     # Breast cancer (raw), 10 factors: the two deterministic starts end at a
     # local optimum 154 nats below the best that further starts find.

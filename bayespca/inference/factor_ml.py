@@ -792,7 +792,8 @@ def fit_covariance(
     psi = np.array(floor, dtype=float)
     psi[live] = np.exp(best.x) * var[live]
     w = np.zeros((d, k))
-    w[live] = best.prof.loadings * sd[:, None]
+    loadings = best.prof.loadings  # fewer than k columns where k exceeds the features that vary
+    w[np.ix_(live, np.arange(loadings.shape[1]))] = loadings * sd[:, None]
     at_floor = ~live
     at_floor[live] = best.x <= lower + 1e-9
     # f is on the correlation scale: add back log|diag(S)| and the constant features' log psi.

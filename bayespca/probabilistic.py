@@ -148,7 +148,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         check_choice(self.identification, "identification", IDENTIFICATIONS, allow_none=True)
         check_seed(self.random_state)
         progress = None if self.progress_bar is None else check_bool(self.progress_bar, "progress_bar")
-        floor = check_number(self.noise_floor, "noise_floor", low=0, low_open=True)
+        floor = check_number(self.noise_floor, "noise_floor", low=0, high=1, low_open=True, high_open=True)
         tol = check_number(self.tol, "tol", low=0, allow_none=True)
         max_iter = check_number(self.max_iter, "max_iter", integer=True, low=1, allow_none=True)
         learning_rate = check_number(
@@ -609,8 +609,8 @@ class PPCA(_LowRankGaussianModel):
     max_iter : int or None, default=None
         Maximum EM updates or SVI steps; None: the method's default.
     noise_floor : float, default=1e-10
-        Lower bound on ``sigma^2`` as a fraction of the mean feature variance:
-        with ``k >= rank`` (or ``n <= k + 1``) the ML ``sigma^2`` is 0.
+        Lower bound on ``sigma^2`` as a fraction of the mean feature variance,
+        in ``(0, 1)``: with ``k >= rank`` (or ``n <= k + 1``) the ML ``sigma^2`` is 0.
     guide : {"delta", "normal", "lowrank"}, default="delta"
         SVI guide.
     learning_rate : float or None, default=None
@@ -854,10 +854,11 @@ class FactorAnalysis(_LowRankGaussianModel):
     max_iter : int or None, default=None
         Maximum EM updates or SVI steps; None: the method's default.
     noise_floor : float, default=1e-9
-        Heywood guard: ``psi_j >= noise_floor * var_j``. Features that end at
-        the bound are listed in ``heywood_features_`` and warned about. (The
-        likelihood of a Heywood case rises by O(n * noise_floor) as the
-        bound goes to 0; the fit stays accurate down to 1e-12.)
+        Heywood guard: ``psi_j >= noise_floor * var_j``, ``noise_floor`` in
+        ``(0, 1)``. Features that end at the bound are listed in
+        ``heywood_features_`` and warned about. (The likelihood of a Heywood
+        case rises by O(n * noise_floor) as the bound goes to 0; the fit
+        stays accurate down to 1e-12.)
     guide, learning_rate, batch_size, random_state, progress_bar
         SVI options, as in :class:`PPCA`.
     prior, identification, num_warmup, num_samples, num_chains, chain_method, target_accept_prob

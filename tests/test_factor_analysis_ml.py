@@ -209,6 +209,26 @@ def test_more_factors_than_the_varying_features_take_get_zero_loadings():
     np.testing.assert_allclose(fa.get_covariance()[np.ix_(live, live)], np.cov(V.T, bias=True), rtol=1e-8)
     assert fa.log_likelihood_ == pytest.approx(two.log_likelihood_, rel=1e-10)
 
+
+@pytest.mark.parametrize("missing", [False, True])
+def test_a_feature_too_small_for_float64_next_to_the_others_is_fitted_as_constant(missing):
+    # Wine's first six features, the fourth scaled to a spread of ~1e-159: its variance (~1e-318)
+    # is subnormal, and 1e-9 of it rounds to 0. That floor of 0 raised "divide by zero in log".
+    # Float64 cannot hold it next to the others: it is bounded as a constant feature, so the
+    # others must be fitted exactly as without it, by Newton (complete) and by EM (missing).
+    X = datasets.load_wine().data[:, :6].copy()
+    X[:, 3] = 1e-159 * (X[:, 3] - X[:, 3].mean())
+    if missing:
+        X[0, 0] = np.nan
+    others = [0, 1, 2, 4, 5]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("ignore", UserWarning)  # the Heywood warning
+        fa = FactorAnalysis(2).fit(X)
+        ref = FactorAnalysis(2).fit(X[:, others])
+    np.testing.assert_allclose(fa.get_covariance()[np.ix_(others, others)], ref.get_covariance(), rtol=1e-10)
+    assert np.all(fa.loadings_[3] == 0.0) and 3 in fa.heywood_features_
+
 def test_starts_explore_when_the_first_two_disagree():
     # Breast cancer (raw), 10 factors: the two deterministic starts end at a
     # local optimum 154 nats below the best that further starts find.

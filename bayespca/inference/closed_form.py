@@ -58,24 +58,34 @@ def noise_floor(variances: np.ndarray, relative: float) -> np.ndarray:
     to each feature's own variance, however small, so that a fit of the
     data with each feature rescaled is the rescaled fit (factor analysis is
     equivariant under that); a constant feature gets a positive bound on
-    the scale of the data (1 when every feature is constant).
+    the scale of the data (1 when every feature is constant). A feature
+    whose bound ``relative * var_j`` would fall below float64's normal
+    range (``var_j`` under about ``2e-308 / relative`` in working units,
+    i.e. spread some 1e-150 times below the data's) is bounded as a
+    constant one: float64 cannot hold its bound, and a bound that rounds
+    to 0 would let ``psi_j`` reach 0. Its bound then exceeds its variance,
+    which :func:`~bayespca.inference.factor_ml.fit_covariance` reads as
+    "no loading".
 
     Parameters
     ----------
     variances : ndarray of shape (d,)
         Per-feature variances of the data.
     relative : float
-        The bound as a fraction of each variance.
+        The bound as a fraction of each variance, in ``(0, 1)``.
 
     Examples
     --------
     >>> noise_floor(np.array([2.0, 1e-20, 0.0]), 1e-6)
     array([2.00000000e-06, 1.00000000e-26, 6.66666667e-13])
+    >>> noise_floor(np.array([2.0, 1e-310]), 1e-6)  # the second as constant: 1e-316 is subnormal
+    array([2.e-06, 1.e-12])
     """
+    tiny = np.finfo(float).tiny
     scale = float(np.mean(variances))
-    if not scale > 0:
+    if not scale * 1e-6 * relative >= tiny:
         scale = 1.0
-    return relative * np.where(variances > 0, variances, 1e-6 * scale)
+    return relative * np.where(variances * relative >= tiny, variances, 1e-6 * scale)
 
 
 def check_n_components(n_components, upper: int, what: str) -> int:

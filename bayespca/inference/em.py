@@ -433,8 +433,8 @@ def fit_em(
     max_iter : int, default=10000
         Maximum number of EM updates (an accelerated cycle counts 2).
     floor : float or None, default=None
-        Lower bound on ``psi_j`` relative to the variance of feature ``j``
-        (:func:`~bayespca.inference.closed_form.noise_floor`); None gives
+        Lower bound on ``psi_j`` relative to the variance of feature ``j``, in
+        ``(0, 1)`` (:func:`~bayespca.inference.closed_form.noise_floor`); None gives
         1e-10 for pPCA and 1e-6 for FA.
     form : {"auto", "scatter", "data"}, default="auto"
         Complete data only. ``"scatter"`` forms ``S`` once, then O(d^2 k) per
@@ -476,7 +476,8 @@ def fit_em(
     tol = check_number(tol, "tol", low=0.0, allow_none=True)
     max_iter = check_number(max_iter, "max_iter", integer=True, low=1)
     rel_floor = check_number(
-        DEFAULT_FLOOR[noise] if floor is None else floor, "floor", low=0.0, low_open=True
+        DEFAULT_FLOOR[noise] if floor is None else floor, "floor", low=0.0, high=1.0, low_open=True,
+        high_open=True,
     )
     accelerate = bool(accelerate)
     n, d = prepared.n, prepared.d

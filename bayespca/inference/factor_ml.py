@@ -750,8 +750,10 @@ def fit_covariance(
     cov : ndarray of shape (d, d)
     k : int
     floor : ndarray of shape (d,)
-        Lower bounds of ``psi``. Features of zero variance get ``psi = floor``
-        and no loading.
+        Lower bounds of ``psi``. Features whose variance does not exceed
+        their bound (constant ones, and ones too small for float64 to hold a
+        bound: :func:`~bayespca.inference.closed_form.noise_floor`) get
+        ``psi = floor`` and no loading.
     starts : list of ndarray of shape (d,), optional
         Starting ``psi`` (else :func:`fit_factor_analysis`'s default starts).
     n_starts, random_state, tol, max_iter
@@ -771,7 +773,7 @@ def fit_covariance(
     """
     d = cov.shape[0]
     var = np.diag(cov).copy()
-    live = var > 0  # constant features: no loading, psi at the floor
+    live = var > floor  # the others: no loading, psi at the floor
     sd = np.sqrt(var[live])
     corr = cov[np.ix_(live, live)] / np.outer(sd, sd)
     np.fill_diagonal(corr, 1.0)

@@ -198,25 +198,27 @@ def _probabilistic_params(methods):
             "tol": st.sampled_from([None, 1e-6]),
             "max_iter": st.sampled_from([None, 3, 200]),
         },
-        {"n_components": [0, 2.5, "two"], "method": ["nuts!", None], "noise_floor": [0.0, -1.0, np.nan],
+        {"n_components": [0, 2.5, "two"], "method": ["nuts!", None], "noise_floor": [0.0, -1.0, np.nan, 1.0],
          "tol": [-1.0, "small"], "max_iter": [0, 1.5]},
     )
 
 
 def _ppca_reference(est, values):
     """Tipping and Bishop's closed form: sigma^2 is the mean of the discarded eigenvalues of the
-    covariance (NumPy's eigvalsh), wherever it is above the floor (complete data only)."""
+    covariance (NumPy's eigvalsh), or the floor where that is higher (complete data only)."""
     n, d = values.shape
     k = est.n_components_
     if est.method_ != "closed_form" or k >= d or n < 2:
         return
     with np.errstate(over="ignore", invalid="ignore"):
         centred = values - values.mean(0)
+        centred -= centred.mean(0)  # the first mean's rounding would read as spread of constant data
         cov = centred.T @ centred / n
     if not np.all(np.isfinite(cov)):  # beyond a double's range: no reference
         return
     lam = np.linalg.eigvalsh(cov)[::-1]
-    sigma2 = lam[k:].mean()
+    # The floor is a fraction of the mean variance (the trace / d); it binds when k reaches the rank.
+    sigma2 = max(lam[k:].mean(), est.noise_floor * lam.sum() / d)
     rounding = 64 * n * d * np.finfo(float).eps * lam[0]
     if sigma2 > 1e3 * rounding:
         assert est.noise_variance_ == pytest.approx(sigma2, rel=1e-6, abs=rounding)

@@ -82,16 +82,17 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-from jax.scipy.linalg import solve_triangular
 from numpyro.distributions import constraints
 
 from bayespca import priors as prior_classes
 from bayespca.gaussian import (
     LowRankGaussian,
     array_namespace,
+    cholesky,
     draws_log_likelihood_from_stats,
     log_likelihood_from_stats,
     log_prob,
+    tri_solve,
 )
 from bayespca.inference.contract import IDENTIFICATIONS
 from bayespca.statistics import MissingPatterns, StackedPatterns, SufficientStatistics, stack_patterns
@@ -201,8 +202,8 @@ def _polar_loadings(prior, d, k, noise, n, row_scale, active):
     # Inactive columns (see active_components) are standard normal sites that reach nothing: their
     # block of Z^T Z is replaced by I, so U's inactive columns are Z's and its active ones those of
     # the model with `active` columns, whatever Z's inactive columns are.
-    chol = jnp.linalg.cholesky(jnp.where(on[:, None] & on, z.T @ z, jnp.eye(k)))
-    u = solve_triangular(chol, z.T, lower=True).T  # Z L^{-T}: orthonormal active columns
+    chol = cholesky(jnp.where(on[:, None] & on, z.T @ z, jnp.eye(k)))
+    u = tri_solve(chol, z.T).T  # Z L^{-T}: orthonormal active columns
     # Decreasing positive scales as a reversed cumulative sum of exponentials; 0 where inactive.
     scales = jnp.cumsum(jnp.where(on, jnp.exp(log_gaps), 0.0)[::-1])[::-1]
     log_volume = jnp.sum(jnp.where(on, log_gaps, -0.5 * log_gaps**2)) + expansion_log_density(chol)

@@ -42,8 +42,8 @@ runner adds three things that make it fast:
    configuration reuses it. Each chain runs the one-chain program, which
    compiles in half the time of a vectorized one, on threads, chains at
    once on a CPU's cores (measured at n=1000, d=20, k=3, 4 chains of
-   500 + 500 draws, 2 cores: 4.6 s for the first fit, 0.9 s for the next,
-   each gradient of the sampled density 15 us). Where the fit's
+   500 + 500 draws, 2 cores: 4.6-5.7 s for the first fit, 0.6 s for the
+   next, each gradient of the sampled density 9.5 us). Where the fit's
    signal-to-noise ratios are moderate (:data:`_UNREFINED_BELOW`), the
    programs are compiled without the precision's refinement
    (:mod:`bayespca.gaussian`, notes 3.), a smaller program. The chains'

@@ -533,10 +533,17 @@ def _compare(args) -> int:
     out = check_output(args.out, "--out", (".csv",))
     plot = check_output(args.plot, "--plot", _PLOT_SUFFIXES)
     df = read_csv(args.data)
-    if df.shape[1] < 2:
-        raise CLIError(f"data file {str(args.data)!r} has {df.shape[1]} column: comparing k needs at least 2")
-    ks = _candidates(args, df.shape[1])
-    from bayespca.comparison import compare_n_components
+    n, d = df.shape
+    for size, what in ((n, "row"), (d, "column")):
+        if size < 2:
+            raise CLIError(f"data file {str(args.data)!r} has {size} {what}{'s' * (size != 1)}: "
+                           f"comparing k needs at least 2")
+    ks = _candidates(args, d)
+    from bayespca.comparison import DEFAULT_FOLDS, compare_n_components
+
+    if args.cv is None and n < DEFAULT_FOLDS:
+        print(f"cross-validating with {n} folds: the default {DEFAULT_FOLDS} clipped to the {n} rows "
+              "(leave-one-out)")
 
     fit_kwargs = {"num_chains": args.chains, "num_samples": args.draws, "num_warmup": args.warmup}
     if args.prior != "default":
@@ -688,7 +695,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "clipped to what the data allow: pPCA k <= features, factor analysis the "
                          "Ledermann bound)")
     compare.add_argument("--model", choices=sorted(_MODELS), default="ppca", help="default ppca")
-    compare.add_argument("--cv", type=_positive_int, default=5, help="cross-validation folds (default 5)")
+    compare.add_argument("--cv", type=_positive_int, default=None,
+                         help="cross-validation folds (default 5, or one a row where there are fewer rows)")
     compare.add_argument("--out", default=None, help="write the comparison table (a .csv file)")
     compare.add_argument("--plot", default=None,
                          help=f"write the elpd-against-k plot ({', '.join(_PLOT_SUFFIXES)})")

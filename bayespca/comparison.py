@@ -70,6 +70,8 @@ KHAT_THRESHOLD = 0.7
 # Sivula et al.: |elpd_diff| < 4 means the models predict alike and dse is unreliable.
 SMALL_ELPD_DIFF = 4.0
 _MODELS = ("ppca", "fa")
+# Folds of the ML fit's cross-validation unless the caller says; fewer rows give one fold a row.
+DEFAULT_FOLDS = 5
 _WEIGHT_METHODS = ("stacking", "BB-pseudo-BMA", "pseudo-BMA")
 _SVI_REFUSAL = (
     "{what}: PSIS-LOO needs posterior draws, and the Gaussian guide of method='svi' cannot "
@@ -470,7 +472,7 @@ def compare_n_components(
     *,
     model: str = "ppca",
     method: str = "nuts",
-    cv: int = 5,
+    cv: int | None = None,
     observations: int = 400,
     random_state: Any = None,
     progress_bar: bool | None = None,
@@ -538,8 +540,9 @@ def compare_n_components(
     method : {"nuts", "svi"}, default="nuts"
         Only ``"nuts"`` gives posteriors PSIS-LOO can use; ``"svi"`` raises
         (see the module docstring).
-    cv : int, default=5
-        Folds of the cross-validation of the ML fit (>= 2).
+    cv : int or None, default=None
+        Folds of the cross-validation of the ML fit, 2 to ``n``. None: 5, or
+        one fold a row (leave-one-out) where there are fewer than 5 rows.
     observations : int, default=400
         Rows of the subsample when PSIS-LOO is subsampled (see above; all
         rows when there are fewer).
@@ -582,9 +585,13 @@ def compare_n_components(
     check_number(observations, "observations", integer=True, low=2)
     if d < 2:
         raise ValueError(f"X must have at least 2 features to compare numbers of components; got {d}.")
+    if n < 2:
+        raise ValueError(f"X must have at least 2 samples to compare numbers of components; got {n}.")
     if n_components is None:
         n_components = default_candidates(model, d)
     ks = _check_candidates(n_components, max_components(model, d), model)
+    if cv is None:
+        cv = min(DEFAULT_FOLDS, n)
     check_number(cv, "cv", integer=True, low=2, high=n)
     estimator = PPCA if model == "ppca" else FactorAnalysis
     reserved = {"n_components", "method", "random_state", "progress_bar"}

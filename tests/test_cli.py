@@ -183,7 +183,7 @@ def test_compare_passes_the_contract_arguments(frame, csv, tmp_path, capsys, mon
         return types.SimpleNamespace(table=table, n_components=2, rule="largest elpd", comparison=None)
 
     monkeypatch.setitem(sys.modules, "bayespca.comparison",
-                        types.SimpleNamespace(compare_n_components=compare_n_components))
+                        types.SimpleNamespace(compare_n_components=compare_n_components, DEFAULT_FOLDS=5))
     out, plot = tmp_path / "table.csv", tmp_path / "elpd.png"
     argv = ["compare", str(csv), "--n-components", "1:3", "--model", "fa", "--cv", "4", "--seed", "9",
             "--chains", "2", "--draws", "30", "--warmup", "20", "--out", str(out), "--plot", str(plot),
@@ -392,7 +392,7 @@ def _stand_in_comparison(monkeypatch, table, warn=None):
         return types.SimpleNamespace(table=table, n_components=2, rule="largest elpd", comparison=None)
 
     module = types.SimpleNamespace(compare_n_components=compare_n_components, KHAT_THRESHOLD=0.7,
-                                   ParetoKWarning=ParetoKWarning)
+                                   ParetoKWarning=ParetoKWarning, DEFAULT_FOLDS=5)
     monkeypatch.setitem(sys.modules, "bayespca.comparison", module)
     return calls
 
@@ -447,6 +447,22 @@ def test_compare_refuses_k_beyond_the_rule(argv, message, csv, capsys, monkeypat
     assert main(["compare", str(csv), *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and not calls
+
+
+def test_compare_on_fewer_rows_than_folds_clips_the_default_and_says_so(frame, tmp_path, capsys, monkeypatch):
+    # The user gave no --cv: four rows get four folds (the library's default, said), not an error about --cv.
+    path = tmp_path / "four_rows.csv"
+    frame.iloc[:4].to_csv(path, index=False)
+    table = pd.DataFrame({"elpd": [-9.0, -8.0], "se": [1.0, 1.0]},
+                         index=pd.Index([1, 2], name="n_components"))
+    calls = _stand_in_comparison(monkeypatch, table)
+    assert main(["compare", str(path), "--n-components", "1,2", "--no-progress"]) == 0
+    assert calls[0][2]["cv"] is None
+    assert "cross-validating with 4 folds: the default 5 clipped to the 4 rows" in capsys.readouterr().out
+    frame.iloc[:1].to_csv(path, index=False)
+    assert main(["compare", str(path), "--n-components", "1,2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has 1 row: comparing k needs at least 2" in err and len(calls) == 1
 
 
 def test_compare_fa_on_four_columns_has_nothing_to_compare(frame, tmp_path, capsys, monkeypatch):

@@ -137,6 +137,24 @@ def test_cross_validation_matches_dense_refits(three):
     np.testing.assert_allclose(se, held.std(1, ddof=1) / np.sqrt(X.shape[0]), rtol=1e-9)
 
 
+
+def test_default_folds_on_fewer_rows_than_five_are_leave_one_out(three):
+    """Four rows cannot take the default 5 folds: each row is held out in turn (no error about ``cv``)."""
+    X = three[:4]
+    with _quiet():
+        table = compare_n_components(X, [1, 2], random_state=0, num_warmup=50, num_samples=50,
+                                     num_chains=1).table
+    held = np.empty(len(X))
+    for i in range(len(X)):
+        xt = np.delete(X, i, axis=0)
+        vals, vecs = np.linalg.eigh(np.cov(xt.T, bias=True))
+        sigma2 = vals[:-1].mean()  # k = 1: the mean of the 7 smallest eigenvalues
+        w = vecs[:, -1:] * np.sqrt(vals[-1] - sigma2)
+        held[i] = _mvn_logpdf(X[i:i + 1], w @ w.T + sigma2 * np.eye(X.shape[1]), xt.mean(0))[0]
+    np.testing.assert_allclose(table.loc[1, "cv_log_likelihood"], held.mean(), rtol=1e-9)
+    np.testing.assert_allclose(table.loc[1, "cv_se"], held.std(ddof=1) / 2, rtol=1e-9)
+
+
 # ------------------------------------------------------ LOO vs exact K-fold
 def test_loo_agrees_with_exact_kfold(three, result):
     X = three
@@ -359,6 +377,10 @@ def test_bad_arguments(three, result):
         compare_n_components(three, 3)
     with pytest.raises(ValueError, match="cv must be"):
         compare_n_components(three, [1, 2], cv=1)
+    with pytest.raises(ValueError, match="cv must be .* <= 4; got 5"):
+        compare_n_components(three[:4], [1, 2], cv=5)  # asked for: refused, not clipped
+    with pytest.raises(ValueError, match="at least 2 samples .* got 1"):
+        compare_n_components(three[:1], [1, 2])
     with pytest.raises(TypeError, match="Unknown fit option"):
         compare_n_components(three, [1, 2], num_draws=10)
     with pytest.raises(ValueError, match="padded_components"):

@@ -590,6 +590,13 @@ def compare_n_components(
     if n_components is None:
         n_components = default_candidates(model, d)
     ks = _check_candidates(n_components, max_components(model, d), model)
+    noiseless = [k for k in ks if n - 2 <= k < d] if model == "ppca" else []
+    if noiseless:
+        raise ValueError(
+            f"n_components {noiseless}: an exact LOO refit fits {n - 1} rows, whose centred data have rank "
+            f"at most {n - 2}, and pPCA with n - 2 <= k < d = {d} components then leaves them no noise (an "
+            f"improper posterior; see bayespca.inference.closed_form.check_noise_left). Offer k <= {n - 3}."
+        )
     if cv is None:
         cv = min(DEFAULT_FOLDS, n)
     check_number(cv, "cv", integer=True, low=2, high=n)

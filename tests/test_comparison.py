@@ -140,7 +140,7 @@ def test_cross_validation_matches_dense_refits(three):
 
 def test_default_folds_on_fewer_rows_than_five_are_leave_one_out(three):
     """Four rows cannot take the default 5 folds: each row is held out in turn (no error about ``cv``)."""
-    X = three[:4]
+    X = three[:4, :2]  # k = 2 = d: refits on 3 rows keep their noise (see test_bad_arguments)
     with _quiet():
         table = compare_n_components(X, [1, 2], random_state=0, num_warmup=50, num_samples=50,
                                      num_chains=1).table
@@ -148,7 +148,7 @@ def test_default_folds_on_fewer_rows_than_five_are_leave_one_out(three):
     for i in range(len(X)):
         xt = np.delete(X, i, axis=0)
         vals, vecs = np.linalg.eigh(np.cov(xt.T, bias=True))
-        sigma2 = vals[:-1].mean()  # k = 1: the mean of the 7 smallest eigenvalues
+        sigma2 = vals[0]  # k = 1: the smaller eigenvalue
         w = vecs[:, -1:] * np.sqrt(vals[-1] - sigma2)
         held[i] = _mvn_logpdf(X[i:i + 1], w @ w.T + sigma2 * np.eye(X.shape[1]), xt.mean(0))[0]
     np.testing.assert_allclose(table.loc[1, "cv_log_likelihood"], held.mean(), rtol=1e-9)
@@ -378,9 +378,12 @@ def test_bad_arguments(three, result):
     with pytest.raises(ValueError, match="cv must be"):
         compare_n_components(three, [1, 2], cv=1)
     with pytest.raises(ValueError, match="cv must be .* <= 4; got 5"):
-        compare_n_components(three[:4], [1, 2], cv=5)  # asked for: refused, not clipped
+        compare_n_components(three[:4, :2], [1, 2], cv=5)  # asked for: refused, not clipped
     with pytest.raises(ValueError, match="at least 2 samples .* got 1"):
         compare_n_components(three[:1], [1, 2])
+    assert np.linalg.matrix_rank(three[:3] - three[:3].mean(0)) == 2  # a LOO refit's rows on 4 rows
+    with pytest.raises(ValueError, match=r"n_components \[2, 3\]: an exact LOO refit fits 3 rows"):
+        compare_n_components(three[:4], [1, 2, 3])
     with pytest.raises(TypeError, match="Unknown fit option"):
         compare_n_components(three, [1, 2], num_draws=10)
     with pytest.raises(ValueError, match="padded_components"):

@@ -20,6 +20,7 @@ from test_convergence import converged  # R-hat within its chance bound, defined
 
 from bayespca import PPCA, FactorAnalysis
 from bayespca.gaussian import LowRankGaussian
+from bayespca.inference.closed_form import check_noise_left, ppca_closed_form
 from bayespca.inference.contract import Draws, ModelSpec
 from bayespca.inference.nuts import fit_nuts
 from bayespca.models import initial_values, marginal_log_likelihood, ppca
@@ -245,6 +246,43 @@ def test_bad_options(kwargs, match):
     identification = kwargs.pop("identification", None)
     with pytest.raises((ValueError, TypeError), match=match):
         _fit(X, 1, identification=identification, **kwargs)
+
+
+def _noiseless(case):
+    """Data whose centred rank (NumPy's SVD) equals the k asked for, below d; and that k."""
+    rng = np.random.default_rng(0)
+    if case == "wide":  # 20 rows of 50 features: rank 19
+        X = rng.normal(size=(20, 3)) @ rng.normal(size=(3, 50)) + rng.normal(size=(20, 50))
+    else:  # the last feature the sum of the first two: rank 9 of 10
+        X = rng.normal(size=(200, 10))
+        X[:, 9] = X[:, 0] + X[:, 1]
+    k = int(np.linalg.matrix_rank(X - X.mean(0)))
+    assert k < X.shape[1]
+    if case == "missing":
+        X[rng.random(X.shape) < 0.05] = np.nan
+    return X, k
+
+
+@pytest.mark.parametrize(("case", "method"), [("wide", "nuts"), ("collinear", "nuts"), ("missing", "nuts"),
+                                              ("collinear", "svi"), ("wide", "svi")])
+def test_components_that_leave_the_data_no_noise_are_refused(case, method):
+    """k >= the rank of the centred data (k < d): the likelihood is unbounded as sigma -> 0.
+
+    Sampled, such a posterior took 1023 leapfrog steps a draw for 160-820 s and gave draws of
+    sigma^2 near 1e-15 (SVI: 1e-4 and falling); it is refused by name before any compiling.
+    One component fewer, and k = d on full-rank data, are not refused.
+    """
+    X, k = _noiseless(case)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the ML start's note that its noise is at the floor
+        with pytest.raises(ValueError, match=rf"n_components = {k} components reproduce the centred data"):
+            PPCA(k, method=method, random_state=0, progress_bar=False).fit(X)
+        d = X.shape[1]
+        for fewer_or_all in (k - 1, d):
+            rows = X[~np.isnan(X).any(axis=1)] if case == "missing" else X
+            fit = ppca_closed_form(prepare(rows), ModelSpec("isotropic", fewer_or_all))
+            check_noise_left(fit, fewer_or_all, d)
+            assert bool(np.all(fit.at_floor)) == (fewer_or_all == d)
 
 
 def test_new_data_of_the_same_shapes_reuse_the_compiled_sampler(backend_compiles):

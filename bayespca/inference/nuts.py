@@ -101,7 +101,7 @@ from numpyro.infer.util import ParamInfo, constrain_fn, potential_energy, uncons
 from bayespca import priors as prior_classes
 from bayespca.cache import enable_compilation_cache
 from bayespca.gaussian import LowRankGaussian, canonical_loadings, capacitance_norm
-from bayespca.inference import rotated_factor
+from bayespca.inference import closed_form, rotated_factor
 from bayespca.inference.contract import Draws, Fit, ModelSpec
 from bayespca.inference.rotated_factor import RotatedFactor
 from bayespca.models import (
@@ -1040,13 +1040,13 @@ def _ml_start(prepared: Prepared, spec: ModelSpec, units: np.ndarray | None) -> 
     """The maximum-likelihood fit in sampling units (working or per feature): where chains start."""
     ml_spec = ModelSpec(spec.noise, spec.n_components)
     if spec.noise == "isotropic" and prepared.missing is None:
-        from bayespca.inference.closed_form import ppca_closed_form
-
-        fit = ppca_closed_form(prepared, ml_spec)
+        fit = closed_form.ppca_closed_form(prepared, ml_spec)
     else:
         from bayespca.inference.em import fit_em
 
         fit = fit_em(prepared, ml_spec)
+    if spec.noise == "isotropic":
+        closed_form.check_noise_left(fit, spec.n_components, prepared.d)
     s = np.asarray(prepared.scale if units is None else prepared.scale * units)
     rows = s[:, None] if s.ndim else s
     g = fit.gaussian

@@ -64,6 +64,7 @@ from threadpoolctl import threadpool_limits
 from bayespca import gaussian
 from bayespca.data import as_float_matrix, check_is_fitted, validate_transform
 from bayespca.gaussian import LowRankGaussian
+from bayespca.inference.closed_form import check_rows_leave_noise
 from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
 from bayespca.inference.weighted import weighted_ppca
 from bayespca.messages import warn
@@ -393,6 +394,7 @@ def fit_robust_svi(
     num_steps = check_number(num_steps, "num_steps", integer=True, low=1)
     learning_rate = check_number(learning_rate, "learning_rate", low=0, low_open=True)
     tol = check_number(tol, "tol", low=0, low_open=True)
+    check_rows_leave_noise(prepared, spec.n_components)
     options, numbers = _model_arguments(spec, nu, prepared)
     has_missing = prepared.missing is not None
     model = functools.partial(robust_ppca, **options, identification="none", has_missing=has_missing)
@@ -457,6 +459,7 @@ def fit_robust_nuts(
     from bayespca.inference.nuts import align_signs, sample_model
     from bayespca.models import identification_for, initial_values, robust_ppca
 
+    check_rows_leave_noise(prepared, spec.n_components)
     options, numbers = _model_arguments(spec, nu, prepared)
     X = prepared.X
     resolved = prior_classes.resolve_at_data(numbers["prior"], "isotropic", X=X)[1]

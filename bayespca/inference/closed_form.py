@@ -34,6 +34,7 @@ analysis. J. R. Stat. Soc. B 61(3), 611-622.
 from __future__ import annotations
 
 import numbers
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -46,8 +47,8 @@ from bayespca.messages import warn
 from bayespca.statistics import Prepared, scatter_spectrum
 
 __all__ = [
-    "SpectrumFit", "check_n_components", "check_noise_left", "noise_floor", "ppca_closed_form",
-    "ppca_from_spectrum",
+    "SpectrumFit", "check_n_components", "check_noise_left", "check_rows_leave_noise", "noise_floor",
+    "ppca_closed_form", "ppca_from_spectrum",
 ]
 
 _LOG_2PI = np.log(2.0 * np.pi)
@@ -122,6 +123,19 @@ def check_noise_left(fit: Fit, n_components: int, d: int) -> None:
             "goes to 0, so pPCA's posterior piles up at sigma = 0, where neither NUTS nor SVI can fit it. "
             "Use fewer components, or drop features that are exact combinations of others."
         )
+
+
+def check_rows_leave_noise(prepared: Prepared, n_components: int) -> None:
+    """:func:`check_noise_left` on the closed-form pPCA of complete ``prepared`` data (else nothing).
+
+    For fitters that start elsewhere (SVI, the Student-t pPCA); the closed
+    form's own warning about its floor is silenced, since the error says more.
+    """
+    if prepared.missing is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            fit = ppca_closed_form(prepared, ModelSpec("isotropic", n_components))
+        check_noise_left(fit, n_components, prepared.d)
 
 
 def check_n_components(n_components, upper: int, what: str) -> int:

@@ -66,7 +66,7 @@ from bayespca import priors as prior_classes
 from bayespca.cache import enable_compilation_cache
 from bayespca.chunked import in_memory, is_chunked, sample_rows
 from bayespca.gaussian import LowRankGaussian, canonical_loadings, log_likelihood_from_stats, log_prob
-from bayespca.inference.closed_form import check_noise_left, ppca_closed_form
+from bayespca.inference.closed_form import check_rows_leave_noise
 from bayespca.inference.contract import Draws, Fit, ModelSpec
 from bayespca.linalg import centred_scatter
 from bayespca.models import MODELS, marginal_log_likelihood
@@ -364,8 +364,8 @@ def fit_svi(
     if batch_size == n:
         batch_size = None
     has_missing = prepared.missing is not None
-    if noise == "isotropic" and not has_missing:  # a d x d eigenproblem, before any compiling
-        check_noise_left(ppca_closed_form(prepared, ModelSpec(noise, k)), k, d)
+    if noise == "isotropic":  # a d x d eigenproblem, before any compiling
+        check_rows_leave_noise(prepared, k)
     given = prior_classes.as_priors(spec.prior)
     if isinstance(given.loadings, prior_classes.Horseshoe):
         given.loadings.check(d)

@@ -60,6 +60,7 @@ from threadpoolctl import threadpool_limits
 from bayespca import gaussian
 from bayespca.data import check_is_fitted, validate_transform
 from bayespca.gaussian import LowRankGaussian
+from bayespca.inference.closed_form import check_rows_leave_noise
 from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
 from bayespca.inference.weighted import weighted_ppca
 from bayespca.messages import warn
@@ -275,6 +276,8 @@ def fit_mixture_nuts(
 
     X = prepared.X
     n, d, k, K = prepared.n, prepared.d, spec.n_components, n_mixtures
+    # Each cluster lies in the data's span: k at or above its rank leaves every cluster no noise.
+    check_rows_leave_noise(prepared, k)
     filled = X if prepared.missing is None else np.where(prepared.missing, prepared.mean, X)
     em = fit_mixture_em(Prepared(filled, None), ModelSpec("isotropic", k), n_mixtures=K,
                         random_state=random_state, **(em_options or {}))

@@ -23,6 +23,7 @@ from bayespca.gaussian import LowRankGaussian
 from bayespca.inference.closed_form import check_noise_left, ppca_closed_form
 from bayespca.inference.contract import Draws, ModelSpec
 from bayespca.inference.nuts import fit_nuts
+from bayespca.mixture import MixturePPCA
 from bayespca.models import initial_values, marginal_log_likelihood, ppca
 from bayespca.posterior import SamplingWarning, diagnose
 from bayespca.priors import ARD, Normal, as_priors, data_scales, resolve
@@ -268,13 +269,14 @@ def _noiseless(case):
     ("wide", PPCA, "nuts"), ("collinear", PPCA, "nuts"), ("missing", PPCA, "nuts"),
     ("collinear", PPCA, "svi"), ("wide", PPCA, "svi"),
     ("collinear", RobustPPCA, "nuts"), ("wide", RobustPPCA, "svi"),
+    ("collinear", functools.partial(MixturePPCA, 2), "nuts"),  # every cluster lies in the data's span
 ])
 def test_components_that_leave_the_data_no_noise_are_refused(case, estimator, method):
     """k >= the rank of the centred data (k < d): the likelihood is unbounded as sigma -> 0.
 
     Sampled, such a posterior took 1023 leapfrog steps a draw for 160-820 s and gave draws of
-    sigma^2 near 1e-15 (SVI: 1e-4 and falling; the Student-t pPCA ran past 400 s); it is refused
-    by name before any compiling.
+    sigma^2 near 1e-15 (SVI: 1e-4 and falling; the Student-t pPCA ran past 400 s, a mixture of two
+    pPCA past 200 s); it is refused by name before any compiling.
     One component fewer, and k = d on full-rank data, are not refused.
     """
     X, k = _noiseless(case)

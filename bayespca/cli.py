@@ -503,8 +503,9 @@ def _span(ks) -> str:
     return ",".join(map(str, ks))
 
 
-def _candidates(args, d: int) -> list[int]:
+def _candidates(args, n: int, d: int) -> list[int]:
     """The k to compare: the user's, checked against the one rule, or the default clipped to it (said so)."""
+    from bayespca.comparison import noiseless_candidates
     from bayespca.probabilistic import default_candidates, ledermann_bound, max_components
 
     model = "factor analysis" if args.model == "fa" else "pPCA"
@@ -514,6 +515,11 @@ def _candidates(args, d: int) -> list[int]:
             rule = f"k <= {d}" if args.model == "ppca" else f"the Ledermann bound k <= {ledermann_bound(d)}"
             print(f"comparing k = {_span(ks)}: the default 1:6 clipped to what {d} features allow "
                   f"({model}: {rule})")
+        dropped = noiseless_candidates(ks, args.model, n, d)
+        if dropped:
+            ks = [k for k in ks if k not in dropped]
+            print(f"comparing k = {_span(ks)}: k = {_span(dropped)} dropped, as {n} rows allow (exact LOO "
+                  f"refits of {n - 1} rows leave pPCA with {n - 2} <= k < {d} no noise)")
     else:
         ks = sorted(set(args.n_components))
         upper = max_components(args.model, d)
@@ -523,7 +529,7 @@ def _candidates(args, d: int) -> list[int]:
             )
     if len(ks) < 2:
         raise CLIError(
-            f"--n-components: {model} on {d} features leaves only k = {_span(ks)} to compare; "
+            f"--n-components: {model} on {n} rows of {d} features leaves only k = {_span(ks)} to compare; "
             "give at least two values (above the Ledermann bound the fits warn that they are not identified)"
         )
     return ks
@@ -538,7 +544,7 @@ def _compare(args) -> int:
         if size < 2:
             raise CLIError(f"data file {str(args.data)!r} has {size} {what}{'s' * (size != 1)}: "
                            f"comparing k needs at least 2")
-    ks = _candidates(args, d)
+    ks = _candidates(args, n, d)
     from bayespca.comparison import DEFAULT_FOLDS, compare_n_components
 
     if args.cv is None and n < DEFAULT_FOLDS:

@@ -62,6 +62,7 @@ __all__ = [
     "compare",
     "compare_n_components",
     "loo",
+    "noiseless_candidates",
 ]
 
 # Pareto k-hat above which PSIS-LOO is unreliable however many the draws; with S draws the threshold
@@ -390,6 +391,23 @@ def _check_candidates(n_components: Any, upper: int, model: str) -> list[int]:
     return out
 
 
+def noiseless_candidates(ks: list[int], model: str, n: int, d: int) -> list[int]:
+    """The pPCA candidates ``n - 2 <= k < d`` whose exact LOO refits would leave the data no noise.
+
+    A refit fits ``n - 1`` rows, whose centred data have rank at most
+    ``n - 2``; pPCA's posterior with ``k`` at or above that rank and below
+    ``d`` is improper
+    (:func:`bayespca.inference.closed_form.check_noise_left`). Factor
+    analysis, whose noise prior vanishes at 0, has none.
+
+    Examples
+    --------
+    >>> noiseless_candidates([1, 2, 3, 4], "ppca", n=5, d=10), noiseless_candidates([1, 2], "fa", n=3, d=10)
+    ([3, 4], [])
+    """
+    return [k for k in ks if n - 2 <= k < d] if model == "ppca" else []
+
+
 def _n_parameters(k: int, d: int, model: str) -> int:
     """Free parameters of pPCA / FA with k components: mean, W modulo rotation, noise."""
     return d + d * k - k * (k - 1) // 2 + (1 if model == "ppca" else d)
@@ -534,7 +552,7 @@ def compare_n_components(
         Candidate k, distinct, in ``[1, max_components(model, d)]``, at least
         two. None: :func:`bayespca.probabilistic.default_candidates`
         (``1 .. 6``, clipped to ``d`` for pPCA and to the Ledermann bound for
-        FA).
+        FA), less the :func:`noiseless_candidates` of ``n`` rows.
     model : {"ppca", "fa"}, default="ppca"
         :class:`~bayespca.PPCA` or :class:`~bayespca.FactorAnalysis`.
     method : {"nuts", "svi"}, default="nuts"
@@ -587,16 +605,19 @@ def compare_n_components(
         raise ValueError(f"X must have at least 2 features to compare numbers of components; got {d}.")
     if n < 2:
         raise ValueError(f"X must have at least 2 samples to compare numbers of components; got {n}.")
+    refits = (f"an exact LOO refit fits {n - 1} rows, whose centred data have rank at most {n - 2}, and "
+              f"pPCA with n - 2 <= k < d = {d} components then leaves them no noise (an improper posterior; "
+              "see bayespca.inference.closed_form.check_noise_left)")
     if n_components is None:
-        n_components = default_candidates(model, d)
+        defaults = default_candidates(model, d)
+        n_components = [k for k in defaults if k not in noiseless_candidates(defaults, model, n, d)]
+        if len(n_components) < 2:
+            raise ValueError(f"X has {n} samples: the default candidates leave k = {n_components} to "
+                             f"compare, at least two needed: {refits}.")
     ks = _check_candidates(n_components, max_components(model, d), model)
-    noiseless = [k for k in ks if n - 2 <= k < d] if model == "ppca" else []
+    noiseless = noiseless_candidates(ks, model, n, d)
     if noiseless:
-        raise ValueError(
-            f"n_components {noiseless}: an exact LOO refit fits {n - 1} rows, whose centred data have rank "
-            f"at most {n - 2}, and pPCA with n - 2 <= k < d = {d} components then leaves them no noise (an "
-            f"improper posterior; see bayespca.inference.closed_form.check_noise_left). Offer k <= {n - 3}."
-        )
+        raise ValueError(f"n_components {noiseless}: {refits}. Offer k <= {n - 3}.")
     if cv is None:
         cv = min(DEFAULT_FOLDS, n)
     check_number(cv, "cv", integer=True, low=2, high=n)

@@ -17,6 +17,7 @@ from sklearn.decomposition import PCA as SkPCA
 
 from bayespca import PPCA, FactorAnalysis
 from bayespca.cli import main, parse_components
+from bayespca.comparison import noiseless_candidates
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ["a", "b", "c", "d", "e"]
@@ -183,7 +184,8 @@ def test_compare_passes_the_contract_arguments(frame, csv, tmp_path, capsys, mon
         return types.SimpleNamespace(table=table, n_components=2, rule="largest elpd", comparison=None)
 
     monkeypatch.setitem(sys.modules, "bayespca.comparison",
-                        types.SimpleNamespace(compare_n_components=compare_n_components, DEFAULT_FOLDS=5))
+                        types.SimpleNamespace(compare_n_components=compare_n_components, DEFAULT_FOLDS=5,
+                                              noiseless_candidates=noiseless_candidates))
     out, plot = tmp_path / "table.csv", tmp_path / "elpd.png"
     argv = ["compare", str(csv), "--n-components", "1:3", "--model", "fa", "--cv", "4", "--seed", "9",
             "--chains", "2", "--draws", "30", "--warmup", "20", "--out", str(out), "--plot", str(plot),
@@ -392,7 +394,8 @@ def _stand_in_comparison(monkeypatch, table, warn=None):
         return types.SimpleNamespace(table=table, n_components=2, rule="largest elpd", comparison=None)
 
     module = types.SimpleNamespace(compare_n_components=compare_n_components, KHAT_THRESHOLD=0.7,
-                                   ParetoKWarning=ParetoKWarning, DEFAULT_FOLDS=5)
+                                   ParetoKWarning=ParetoKWarning, DEFAULT_FOLDS=5,
+                                   noiseless_candidates=noiseless_candidates)
     monkeypatch.setitem(sys.modules, "bayespca.comparison", module)
     return calls
 
@@ -463,6 +466,21 @@ def test_compare_on_fewer_rows_than_folds_clips_the_default_and_says_so(frame, t
     assert main(["compare", str(path), "--n-components", "1,2"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "has 1 row: comparing k needs at least 2" in err and len(calls) == 1
+
+
+def test_compare_default_drops_the_k_that_leave_refits_no_noise(frame, tmp_path, capsys, monkeypatch):
+    # 5 rows x 5 features: a LOO refit's 4 rows have centred rank 3 (checked), so pPCA k = 3, 4 < d leave
+    # them no noise; k = 5 = d keeps a bounded likelihood.
+    path = tmp_path / "five_rows.csv"
+    frame.iloc[:5].to_csv(path, index=False)
+    rows = frame.iloc[:4].to_numpy()
+    assert np.linalg.matrix_rank(rows - rows.mean(0)) == 3
+    table = pd.DataFrame({"elpd": [-9.0, -8.0], "se": [1.0, 1.0]},
+                         index=pd.Index([1, 2], name="n_components"))
+    calls = _stand_in_comparison(monkeypatch, table)
+    assert main(["compare", str(path), "--no-progress"]) == 0
+    assert calls[0][1] == [1, 2, 5]
+    assert "k = 3,4 dropped, as 5 rows allow" in capsys.readouterr().out
 
 
 def test_compare_fa_on_four_columns_has_nothing_to_compare(frame, tmp_path, capsys, monkeypatch):

@@ -384,6 +384,8 @@ def test_bad_arguments(three, result):
     assert np.linalg.matrix_rank(three[:3] - three[:3].mean(0)) == 2  # a LOO refit's rows on 4 rows
     with pytest.raises(ValueError, match=r"n_components \[2, 3\]: an exact LOO refit fits 3 rows"):
         compare_n_components(three[:4], [1, 2, 3])
+    with pytest.raises(ValueError, match=r"X has 4 samples: the default candidates leave k = \[1\]"):
+        compare_n_components(three[:4])  # 1..6 less 2..6: the default is clipped, then found too few
     with pytest.raises(TypeError, match="Unknown fit option"):
         compare_n_components(three, [1, 2], num_draws=10)
     with pytest.raises(ValueError, match="padded_components"):

@@ -397,7 +397,7 @@ def noiseless_candidates(ks: list[int], model: str, n: int, d: int) -> list[int]
     A refit fits ``n - 1`` rows, whose centred data have rank at most
     ``n - 2``; pPCA's posterior with ``k`` at or above that rank and below
     ``d`` is improper
-    (:func:`bayespca.inference.closed_form.check_noise_left`). Factor
+    (:func:`bayespca.inference.closed_form.check_rows_leave_noise`). Factor
     analysis, whose noise prior vanishes at 0, has none.
 
     Examples
@@ -607,7 +607,7 @@ def compare_n_components(
         raise ValueError(f"X must have at least 2 samples to compare numbers of components; got {n}.")
     refits = (f"an exact LOO refit fits {n - 1} rows, whose centred data have rank at most {n - 2}, and "
               f"pPCA with n - 2 <= k < d = {d} components then leaves them no noise (an improper posterior; "
-              "see bayespca.inference.closed_form.check_noise_left)")
+              "see bayespca.inference.closed_form.check_rows_leave_noise)")
     if n_components is None:
         defaults = default_candidates(model, d)
         n_components = [k for k in defaults if k not in noiseless_candidates(defaults, model, n, d)]

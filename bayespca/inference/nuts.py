@@ -1040,13 +1040,12 @@ def _ml_start(prepared: Prepared, spec: ModelSpec, units: np.ndarray | None) -> 
     """The maximum-likelihood fit in sampling units (working or per feature): where chains start."""
     ml_spec = ModelSpec(spec.noise, spec.n_components)
     if spec.noise == "isotropic" and prepared.missing is None:
+        closed_form.check_rows_leave_noise(prepared, spec.n_components)
         fit = closed_form.ppca_closed_form(prepared, ml_spec)
     else:
         from bayespca.inference.em import fit_em
 
         fit = fit_em(prepared, ml_spec)
-    if spec.noise == "isotropic":
-        closed_form.check_noise_left(fit, spec.n_components, prepared.d)
     s = np.asarray(prepared.scale if units is None else prepared.scale * units)
     rows = s[:, None] if s.ndim else s
     g = fit.gaussian

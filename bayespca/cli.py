@@ -528,9 +528,11 @@ def _candidates(args, n: int, d: int) -> list[int]:
                 f"--n-components {_span(ks)}: {model} on {d} features allows k <= {upper}"
             )
     if len(ks) < 2:
+        fa_only = " (above the Ledermann bound the fits warn that they are not identified)"
+        beyond = fa_only if args.model == "fa" else ""
         raise CLIError(
             f"--n-components: {model} on {n} rows of {d} features leaves only k = {_span(ks)} to compare; "
-            "give at least two values (above the Ledermann bound the fits warn that they are not identified)"
+            f"give at least two values{beyond}"
         )
     return ks
 

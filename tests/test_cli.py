@@ -489,7 +489,18 @@ def test_compare_fa_on_four_columns_has_nothing_to_compare(frame, tmp_path, caps
     calls = _stand_in_comparison(monkeypatch, None)
     assert main(["compare", str(path), "--model", "fa"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "only k = 1" in err and not calls
+    assert err.count("\n") == 1 and "only k = 1" in err and "Ledermann" in err and not calls
+
+
+def test_compare_ppca_on_three_rows_has_nothing_to_compare(frame, tmp_path, capsys, monkeypatch):
+    # 3 rows: LOO refits of 2 rows leave pPCA with 1 <= k < 5 no noise, so only k = 5 is left; the
+    # message has no word of FA's Ledermann bound.
+    path = tmp_path / "three_rows.csv"
+    frame.iloc[:3].to_csv(path, index=False)
+    calls = _stand_in_comparison(monkeypatch, None)
+    assert main(["compare", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "only k = 5" in err and "Ledermann" not in err and not calls
 
 
 def test_fit_fa_above_ledermann_warns_in_one_line(csv, capsys):

@@ -92,7 +92,7 @@ def noise_floor(variances: np.ndarray, relative: float) -> np.ndarray:
 
 
 def check_rows_leave_noise(prepared: Prepared, n_components: int) -> None:
-    """Refuse a posterior of pPCA whose ``k < d`` components reproduce complete centred data exactly.
+    """Refuse a posterior of pPCA whose ``k < d`` components reproduce the centred data exactly.
 
     Where the centred data have rank ``r <= k < d`` (fewer rows than
     features, or features that are exact combinations of others), the
@@ -112,7 +112,12 @@ def check_rows_leave_noise(prepared: Prepared, n_components: int) -> None:
     ``max(n, d) eps lambda_1`` (its rounding) count as 0. The ML noise
     floor would not do: raw breast cancer data are of full rank, but
     their two smallest eigenvalues (7e-7, 2e-6) lie below 1e-10 of the
-    mean variance (1.5e4). Data with missing entries are not checked.
+    mean variance (1.5e4). With missing entries the rank depends on how
+    they are filled, and only the bound that holds for every filling is
+    checked: ``n`` rows span at most ``n - 1`` dimensions, so ``k >= n - 1``
+    is refused. Fewer components can still fit the observed entries
+    exactly (20 x 50 with 5% missing at random: k = 18); the EM fit that
+    starts the sampler then warns that ``sigma^2`` reached its floor.
 
     Raises
     ------
@@ -120,17 +125,26 @@ def check_rows_leave_noise(prepared: Prepared, n_components: int) -> None:
         Naming ``n_components`` and what to do instead.
     """
     n, d = prepared.n, prepared.d
-    if n_components >= d or prepared.missing is not None:
+    if n_components >= d:
+        return
+    if prepared.missing is not None:
+        if n_components >= n - 1:
+            why = f"{n} rows span at most {n - 1} dimensions, however their missing entries are filled"
+            raise ValueError(_noiseless_message(n_components, d, why, f"Use at most {n - 2} components."))
         return
     eigenvalues = np.linalg.eigvalsh(np.asarray(prepared.stats.scatter, dtype=float))  # ascending
     rounding = max(n, d) * np.finfo(float).eps * max(float(eigenvalues[-1]), 0.0)
     if eigenvalues[-(n_components + 1)] <= rounding:
-        raise ValueError(
-            f"n_components = {n_components} components reproduce the centred data exactly (their rank is at "
-            f"most {n_components}, below the {d} features): the likelihood grows without bound as the noise "
-            "goes to 0, so pPCA's posterior piles up at sigma = 0, where neither NUTS nor SVI can fit it. "
-            "Use fewer components, or drop features that are exact combinations of others."
-        )
+        remedy = "Use fewer components, or drop features that are exact combinations of others."
+        raise ValueError(_noiseless_message(n_components, d, f"their rank is at most {n_components}", remedy))
+
+
+def _noiseless_message(k: int, d: int, why: str, remedy: str) -> str:
+    return (
+        f"n_components = {k} components reproduce the centred data exactly ({why}; below the {d} "
+        "features): the likelihood grows without bound as the noise goes to 0, so pPCA's posterior piles "
+        f"up at sigma = 0, where neither NUTS nor SVI can fit it. {remedy}"
+    )
 
 
 def check_n_components(n_components, upper: int, what: str) -> int:

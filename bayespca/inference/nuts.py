@@ -1039,8 +1039,9 @@ def _sampling_units(noise: str, d: int, priors: prior_classes.Priors, stats: Any
 def _ml_start(prepared: Prepared, spec: ModelSpec, units: np.ndarray | None) -> LowRankGaussian:
     """The maximum-likelihood fit in sampling units (working or per feature): where chains start."""
     ml_spec = ModelSpec(spec.noise, spec.n_components)
-    if spec.noise == "isotropic" and prepared.missing is None:
+    if spec.noise == "isotropic":
         closed_form.check_rows_leave_noise(prepared, spec.n_components)
+    if spec.noise == "isotropic" and prepared.missing is None:
         fit = closed_form.ppca_closed_form(prepared, ml_spec)
     else:
         from bayespca.inference.em import fit_em

@@ -44,7 +44,11 @@ Identification. ``W`` is identified only up to ``W R`` (``R`` orthogonal).
     bulk ESS > 400 against 18, 0 divergent transitions against 430). The
     map is singular where two scales meet and at ``l_k = 0``; where FA's
     posterior reaches there, the NUTS runner samples ``"none"`` instead
-    (:mod:`bayespca.inference.nuts`, "Weak factors").
+    (:mod:`bayespca.inference.nuts`, "Weak factors"). ``last_column_scale``
+    removes the singularity at ``l_k = 0``: the last column becomes a
+    Cartesian vector in the complement of the others' span (:func:`ppca`'s
+    parameters), the NUTS runner's second chart for pPCA where polar chains
+    fail on the smallest eigenvalue of ``W W^T``.
 ``"lower_triangular"``
     ``W_jl = 0`` for ``l > j`` and ``W_jj > 0`` (sites ``"W_lower"`` and
     ``"W_log_diag"``). ``W = L Q`` with ``Q`` orthogonal has volume element
@@ -195,9 +199,15 @@ def lower_triangular(w: np.ndarray) -> np.ndarray:
     return lt * np.where(np.diag(lt) < 0, -1.0, 1.0)
 
 
-def _polar_loadings(prior, d, k, noise, n, row_scale, active):
+def _polar_loadings(prior, d, k, noise, n, row_scale, active, last_scale):
     z = numpyro.sample("Z", dist.ImproperUniform(constraints.real, (), (d, k)))
     log_gaps = numpyro.sample("log_gaps", dist.ImproperUniform(constraints.real, (), (k,)))
+    if last_scale is not None:
+        frame, log_volume = _cartesian_last(z, log_gaps, last_scale, d)
+        w = row_scale[:, None] * frame
+        numpyro.factor("W_volume", log_volume)
+        numpyro.factor("W_prior", prior.log_density(w, noise, n))
+        return w
     on = jnp.ones(k, bool) if active is None else jnp.arange(k) < active
     # Inactive columns (see active_components) are standard normal sites that reach nothing: their
     # block of Z^T Z is replaced by I, so U's inactive columns are Z's and its active ones those of
@@ -220,6 +230,39 @@ def _polar_loadings(prior, d, k, noise, n, row_scale, active):
     return w
 
 
+def _cartesian_last(z, log_gaps, tau, d):
+    """``U diag(l)`` with its last column ``tau r_k`` in Cartesian form, and the chart's log-volume.
+
+    ``r_k`` is ``z_k``'s part orthogonal to ``z_1 .. z_{k-1}`` (whose
+    polar frame gives ``u_1 .. u_{k-1}``), so the last column passes
+    smoothly through 0 where the polar scale ``log l_k`` has a long tail.
+    The other scales are ordered by their squares, ``l_j^2 = l_k^2 + sum_{i
+    = j}^{k-1} exp(g_i)``, smooth in ``l_k^2 = tau^2 |r_k|^2``; the last gap
+    ``g_k`` reaches nothing (a standard normal site). Lebesgue measure on
+    ``z_k`` supplies ``|r_k|^{d-k}`` (the QR Jacobian), the SVD volume's
+    ``l_k^{d-k}``, so the volume below holds only the other scales' powers,
+    their pairs and the Jacobian of ``g -> l``; the expansion density covers
+    every entry of ``Z^T Z``'s Cholesky factor but ``|r_k|``.
+    """
+    k = z.shape[1]
+    head, last = z[:, : k - 1], z[:, k - 1]
+    chol = cholesky(head.T @ head)
+    u = tri_solve(chol, head.T).T
+    along = u.T @ last
+    residual = last - u @ along
+    tail = jnp.cumsum(jnp.exp(log_gaps[: k - 1])[::-1])[::-1]  # l_j^2 - l_k^2, j < k
+    scales = jnp.sqrt(tau**2 * jnp.sum(residual**2) + tail)
+    frame = jnp.concatenate([u * scales, tau * residual[:, None]], axis=1)
+    squares = jnp.append(tail, 0.0)
+    i, j = np.triu_indices(k, 1)
+    log_volume = (
+        jnp.sum(log_gaps[: k - 1] - jnp.log(2.0 * scales)) + (d - k) * jnp.sum(jnp.log(scales))
+        + jnp.sum(jnp.log(squares[i] - squares[j])) - 0.5 * log_gaps[k - 1] ** 2
+        + expansion_log_density(chol) - EXPANSION_CONCENTRATION * jnp.sum(along**2)
+    )
+    return frame, log_volume
+
+
 def _lower_triangular_loadings(prior, d, k, noise, n):
     rows, cols = np.tril_indices(d, -1, k)
     lower = numpyro.sample("W_lower", dist.ImproperUniform(constraints.real, (), (rows.size,)))
@@ -236,7 +279,7 @@ def _lower_triangular_loadings(prior, d, k, noise, n):
 
 def initial_values(
     identification: str, prior: Any, g: LowRankGaussian, noise: str, n: int, row_scale: Any = None,
-    active: int | None = None,
+    active: int | None = None, last_scale: float | None = None,
 ) -> dict:
     """Constrained values of every latent site that give the parameters ``g`` (a start for NUTS or SVI).
 
@@ -256,6 +299,9 @@ def initial_values(
         The model's ``active_components`` (polar only): ``g``'s loadings
         have 0 in the columns from ``active`` on, whose sites start at 0,
         their density's mode.
+    last_scale : float, optional
+        The model's ``last_column_scale`` (polar only): the last column's
+        Cartesian start ``l_k u_k / tau`` and the gaps of the squared scales.
 
     Returns
     -------
@@ -275,6 +321,10 @@ def initial_values(
         values["Z"] = u
         gaps = -np.diff(np.append(scales, 0.0))  # l_j - l_{j+1}, with l_{k+1} = 0
         values["log_gaps"] = np.log(np.maximum(gaps, 1e-3 * max(scales[0], 1e-12)))
+        if last_scale is not None:  # the chart of _cartesian_last: gaps of the squares, z_k = l_k u_k / tau
+            values["Z"][:, -1] *= scales[-1] / last_scale
+            squares = -np.diff(scales**2)
+            values["log_gaps"] = np.append(np.log(np.maximum(squares, 1e-6 * scales[0] ** 2)), 0.0)
         if active is not None:  # the standard normal sites of the inactive columns, at their mode
             values["Z"][:, active:] = 0.0
             values["log_gaps"][active:] = 0.0
@@ -467,7 +517,7 @@ def _shape(X, suff_stats, n_samples, n_features, latent, subsample_size):
 
 def _low_rank_model(
     X, *, noise, n_components, n_samples, n_features, latent, prior, identification, subsample_size,
-    suff_stats, has_missing, reparam, refine_precision, active_components,
+    suff_stats, has_missing, reparam, refine_precision, active_components, last_column_scale,
 ):
     """The model behind :func:`ppca` (isotropic noise) and :func:`factor_analysis`."""
     if latent not in _LATENTS:
@@ -488,6 +538,13 @@ def _low_rank_model(
             "active_components needs identification='polar' and a rotation-invariant loadings prior "
             f"(Normal, Flat) on data; got identification={ident!r}, prior {type(p.loadings).__name__}."
         )
+    if last_column_scale is not None and (ident != "polar" or not p.loadings.rotation_invariant or k < 2
+                                          or active_components is not None):
+        raise ValueError(
+            "last_column_scale needs identification='polar', a rotation-invariant loadings prior, "
+            f"n_components >= 2 and no active_components; got identification={ident!r}, prior "
+            f"{type(p.loadings).__name__}, n_components={k}, active_components={active_components}."
+        )
 
     if noise == "isotropic":
         sigma = numpyro.sample("sigma", p.noise)
@@ -496,9 +553,8 @@ def _low_rank_model(
         psi = numpyro.sample("psi", p.noise)
     if ident == "polar":
         row_scale = jnp.ones(d) if noise == "isotropic" else scales.sd
-        W = numpyro.deterministic(
-            "W", _polar_loadings(p.loadings, d, k, psi, scales.n, row_scale, active_components)
-        )
+        chart = (active_components, last_column_scale)
+        W = numpyro.deterministic("W", _polar_loadings(p.loadings, d, k, psi, scales.n, row_scale, *chart))
     elif ident == "lower_triangular":
         W = numpyro.deterministic("W", _lower_triangular_loadings(p.loadings, d, k, psi, scales.n))
     else:
@@ -581,13 +637,22 @@ _MODEL_PARAMETERS = """
         and, as data rather than code, one compiled program serves every
         number of components up to ``n_components``
         (:func:`bayespca.comparison.compare_n_components`).
+    last_column_scale : float or None, default=None
+        With ``identification="polar"``, a rotation-invariant prior and
+        ``n_components >= 2``: sample the last column of ``W`` as ``tau``
+        (this value) times the part of ``Z``'s last column orthogonal to
+        the others, Cartesian coordinates that pass smoothly through 0,
+        instead of its polar scale ``l_k`` (same posterior; the NUTS
+        runner's choice where the polar chains fail on the smallest
+        eigenvalue of ``W W^T``). The last entry of ``"log_gaps"`` is then
+        a standard normal site that reaches nothing.
 """
 
 
 def ppca(
     X=None, *, n_components, n_samples=None, n_features=None, latent="marginal", prior=None,
     identification=None, subsample_size=None, suff_stats=None, has_missing=None, reparam=None,
-    refine_precision=True, active_components=None,
+    refine_precision=True, active_components=None, last_column_scale=None,
 ):
     """Probabilistic PCA (Tipping & Bishop, 1999) as a NumPyro model.
 
@@ -616,13 +681,14 @@ def ppca(
         latent=latent, prior=prior, identification=identification, subsample_size=subsample_size,
         suff_stats=suff_stats, has_missing=has_missing, reparam=reparam,
         refine_precision=refine_precision, active_components=active_components,
+        last_column_scale=last_column_scale,
     )
 
 
 def factor_analysis(
     X=None, *, n_components, n_samples=None, n_features=None, latent="marginal", prior=None,
     identification=None, subsample_size=None, suff_stats=None, has_missing=None, reparam=None,
-    refine_precision=True, active_components=None,
+    refine_precision=True, active_components=None, last_column_scale=None,
 ):
     """Factor analysis as a NumPyro model.
 
@@ -647,6 +713,7 @@ def factor_analysis(
         latent=latent, prior=prior, identification=identification, subsample_size=subsample_size,
         suff_stats=suff_stats, has_missing=has_missing, reparam=reparam,
         refine_precision=refine_precision, active_components=active_components,
+        last_column_scale=last_column_scale,
     )
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "sample_latent",
     "to_datatree",
     "worst_convergence",
+    "worst_of",
 ]
 
 
@@ -294,8 +295,21 @@ class SamplingWarning(UserWarning):
     """NUTS diagnostics flag a problem (divergences, R-hat, effective sample size)."""
 
 
-def _worst(quantities: dict, chains: int) -> tuple[tuple, tuple]:
-    """``(label, R-hat)`` of the largest R-hat and ``(label, ESS)`` of the smallest ESS."""
+def worst_of(quantities: dict, chains: int) -> tuple[tuple, tuple]:
+    """``(label, R-hat)`` of the largest R-hat and ``(label, ESS)`` of the smallest ESS (bulk or tail).
+
+    ``quantities`` maps names to draws (chain, draw, ...); each scalar series that varies counts.
+    R-hat is the rank-normalised split R-hat (one chain: its two halves); the ESS the smaller of
+    the bulk and the 90% tail ESS.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> stuck = np.concatenate([rng.normal(size=(3, 400)), 5.0 + rng.normal(size=(1, 400))])
+    >>> (name, rhat), _ = worst_of({"a": rng.normal(size=(4, 400)), "b": stuck}, 4)
+    >>> name, bool(rhat > 1.5)
+    ('b', True)
+    """
     labels, series = [], []
     for name, value in quantities.items():
         flat = value.reshape(*value.shape[:2], -1)
@@ -329,7 +343,7 @@ def worst_convergence(draws: Draws, log_lik: np.ndarray | None = None) -> tuple[
     quantities = {k: v for k, v in posterior_variables(draws).items() if k not in ("W", "mu", "inclusion")}
     if log_lik is not None:
         quantities["log_lik"] = log_lik
-    return _worst(quantities, draws.loadings.shape[0])
+    return worst_of(quantities, draws.loadings.shape[0])
 
 
 def converged(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_chain: int = 100) -> bool:

@@ -841,18 +841,21 @@ def test_cartesian_last_column_samples_the_polar_posterior():
     assert series[None][:, 1].std() > 0.3 * series[None][:, 1].mean()  # the weak scale the chart is for
 
 
-def test_a_last_scale_the_polar_chains_cannot_mix_is_sampled_in_cartesian_form():
+@pytest.mark.parametrize("padded_components", [None, 12])
+def test_a_last_scale_the_polar_chains_cannot_mix_is_sampled_in_cartesian_form(padded_components):
     """Wine, standardised, k = 12 = d - 1 (issue 12's panel), default settings.
 
     The polar chains fail the users' check on the smallest eigenvalue of W W^T (here, seed 0: R-hat
     1.022, bulk ESS 390; the fit used to warn so); the Cartesian last column, sampled when they do,
     passes it: every invariant converged (ESS > 400, R-hat within its chance bound), no divergence.
+    A padded fit (compare_n_components' sampler for every k) is sampled again unpadded.
     """
     X = datasets.load_wine().data
     X = (X - X.mean(0)) / X.std(0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", SamplingWarning)
-        model = PPCA(12, method="nuts", random_state=0, progress_bar=False).fit(X)
+        model = PPCA(12, method="nuts", random_state=0, progress_bar=False,
+                     padded_components=padded_components).fit(X)
     posterior = model.posterior_["posterior"]
     for name in ("sigma2", "eigenvalues", "log_lik"):
         values = np.asarray(posterior[name])

@@ -1203,9 +1203,10 @@ def fit_nuts(
             key = jax.random.fold_in(key, 1)
             sites, sample_stats = _sample(static, data, run, key, init_scale, _KEPT_SITES, search)
             draws = _draws(sites, sample_stats, identification, reference_w, start_point, noise, shape)
-    elif _last_scale_stuck(draws, identification, noise, columns, loadings, reparam):
+    elif _last_scale_stuck(draws, identification, noise, k, loadings, reparam):
+        # Unpadded (the chart needs the last column active): a padded fit compiles a sampler of its own.
         data["kwargs"]["last_column_scale"] = _last_scale(start_point)
-        search, static, init_scale = _preconditioned(noise, columns, identification, loadings, data, start)
+        search, static, init_scale = _preconditioned(noise, (k, None), identification, loadings, data, start)
         sites, sample_stats = _sample(static, data, run, jax.random.fold_in(key, 1), init_scale, _KEPT_SITES,
                                       search)
         cartesian = _draws(sites, sample_stats, identification, reference_w, start_point, noise, shape)
@@ -1216,20 +1217,20 @@ def fit_nuts(
     return _posterior_fit(draws, working_stats, n).to_data_units(prepared.scale, prepared.total_observed)
 
 
-def _last_scale_stuck(draws: Draws, identification, noise, columns, loadings, reparam) -> bool:
+def _last_scale_stuck(draws: Draws, identification, noise, k, loadings, reparam) -> bool:
     """Whether pPCA's polar draws fail the users' check on the smallest eigenvalue of ``W W^T``.
 
     The polar chart samples ``log l_k``, whose posterior has a long tail
     towards 0 where the data leave the last component weak; its direction
     then turns freely as ``l_k`` shrinks, a funnel (wine, standardised,
     k = 12 = d - 1, seeds 0 and 4: R-hat 1.022 and ESS 370-390 on that
-    eigenvalue, at 31 leapfrog steps a draw). Only unpadded fits with a
-    rotation-invariant prior and at least two columns have the Cartesian
+    eigenvalue, at 31 leapfrog steps a draw). Only fits of ``k >= 2``
+    components with a rotation-invariant prior have the Cartesian
     alternative (:func:`bayespca.models.initial_values`).
     """
-    if noise != "isotropic" or identification != "polar" or columns[1] is not None or reparam is not None:
+    if noise != "isotropic" or identification != "polar" or reparam is not None:
         return False
-    if columns[0] < 2 or not loadings.rotation_invariant:
+    if k < 2 or not loadings.rotation_invariant:
         return False
     w = draws.loadings
     smallest = np.linalg.eigvalsh(np.swapaxes(w, -1, -2) @ w)[..., :1]

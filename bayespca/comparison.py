@@ -587,20 +587,48 @@ def compare_n_components(
     >>> res.n_components, list(res.table.index), bool(res.table.loc[1, "gavish_donoho"])
     (1, [1, 2], True)
     """
-    from bayespca.probabilistic import PPCA, FactorAnalysis, default_candidates, max_components
-    from bayespca.subsampled_loo import SUBSAMPLE_ABOVE, compare_subsampled, loo_subsample
+    from bayespca.chunked import as_dask_matrix, is_chunked
+    from bayespca.probabilistic import PPCA, FactorAnalysis, max_components
+    from bayespca.subsampled_loo import SUBSAMPLE_ABOVE, compare_subsampled
 
     check_choice(model, "model", _MODELS)
+    _check_method(method)
+    chunked = is_chunked(X)
+    arr = as_dask_matrix(X)[0] if chunked else as_float_matrix(X, name="X", allow_nan=True)
+    n, d = arr.shape
+    observations = min(check_number(observations, "observations", integer=True, low=2), n)
+    ks = _candidates(n_components, model, n, d)
+    cv = check_number(min(DEFAULT_FOLDS, n) if cv is None else cv, "cv", integer=True, low=2, high=n)
+    estimator = PPCA if model == "ppca" else FactorAnalysis
+    options = _fit_options(estimator, fit_kwargs, ks, d)
+    seeds = as_generator(random_state).integers(2**31, size=len(ks) + 1)
+
+    probe = estimator(**fit_kwargs)
+    subsampled = chunked or n * probe.num_chains * probe.num_samples > SUBSAMPLE_ABOVE
+    fits, elpds = _fit_each(X, ks, seeds, estimator, options, subsampled, observations, progress_bar)
+    comparison = compare_subsampled(elpds) if subsampled else compare(elpds)
+    loo_columns = ["elpd", "se", "elpd_diff", "dse", "p", "weight", "rank", "warning", "pareto_k_max"]
+    table = comparison.loc[ks, loo_columns + (["subsampling_dse"] if subsampled else [])].copy()
+    table.index = pd.Index(ks, name="n_components")
+    table["rank"] = table["rank"].astype(int)
+    _add_classical_criteria(table, arr, model, estimator, cv, int(seeds[-1]), chunked)
+    chosen, rule = _recommendation(table, int(comparison.index[0]))
+    _warn_at_edge(chosen, ks, max_components(model, d))
+    return ComparisonResult(table, chosen, rule, comparison, fits, elpds)
+
+
+def _check_method(method: Any) -> None:
+    """Refuse any method but NUTS, naming why SVI is refused."""
     if method == "svi":
         raise ValueError(_SVI_REFUSAL.format(what="method='svi' is not supported"))
     if method != "nuts":
         raise ValueError(f"method must be 'nuts' (or 'svi', which is refused); got {method!r}.")
-    from bayespca.chunked import as_dask_matrix, is_chunked
 
-    chunked = is_chunked(X)
-    arr = as_dask_matrix(X)[0] if chunked else as_float_matrix(X, name="X", allow_nan=True)
-    n, d = arr.shape
-    check_number(observations, "observations", integer=True, low=2)
+
+def _candidates(n_components: Any, model: str, n: int, d: int) -> list[int]:
+    """The checked, sorted ``n_components`` (None: the defaults that ``n`` rows allow)."""
+    from bayespca.probabilistic import default_candidates, max_components
+
     if d < 2:
         raise ValueError(f"X must have at least 2 features to compare numbers of components; got {d}.")
     if n < 2:
@@ -618,10 +646,11 @@ def compare_n_components(
     noiseless = noiseless_candidates(ks, model, n, d)
     if noiseless:
         raise ValueError(f"n_components {noiseless}: {refits}. Offer k <= {n - 3}.")
-    if cv is None:
-        cv = min(DEFAULT_FOLDS, n)
-    check_number(cv, "cv", integer=True, low=2, high=n)
-    estimator = PPCA if model == "ppca" else FactorAnalysis
+    return ks
+
+
+def _fit_options(estimator: type, fit_kwargs: dict, ks: list[int], d: int) -> dict:
+    """The options of every k's fit; refuses those the estimator does not take, or that compare sets."""
     reserved = {"n_components", "method", "random_state", "progress_bar"}
     allowed = set(estimator().get_params()) - reserved
     unknown = sorted(set(fit_kwargs) - allowed)
@@ -631,37 +660,39 @@ def compare_n_components(
         )
     check_number(fit_kwargs.get("padded_components"), "padded_components", integer=True, low=max(ks), high=d,
                  allow_none=True)
-    seeds = as_generator(random_state).integers(2**31, size=len(ks) + 1)
-
-    fits, elpds = {}, {}
-    probe = estimator(**fit_kwargs)
     # One compiled sampler for every k (ignored where the model cannot be padded), while the
     # padded model stays small enough that compiling dominates what padding adds to sampling.
-    options = {"padded_components": max(ks) if d * max(ks) <= _PADDED_SIZE else None, **fit_kwargs}
-    subsampled = chunked or n * probe.num_chains * probe.num_samples > SUBSAMPLE_ABOVE
+    return {"padded_components": max(ks) if d * max(ks) <= _PADDED_SIZE else None, **fit_kwargs}
+
+
+def _fit_each(X, ks, seeds, estimator, options, subsampled, observations, progress_bar):
+    """The NUTS fit of each k and its elpd (PSIS-LOO, or subsampled LOO on one subsample for every k)."""
+    from bayespca.subsampled_loo import loo_subsample
+
+    fits, elpds = {}, {}
     for k, seed in _with_progress(ks, seeds[:-1], progress_bar):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             fits[k] = estimator(n_components=k, method="nuts", random_state=int(seed), **options).fit(X)
             # One subsample for every k (same seed): their elpd differences are then paired.
-            elpds[k] = (loo_subsample(fits[k], X, observations=min(observations, n), seed=int(seeds[-1]))
+            elpds[k] = (loo_subsample(fits[k], X, observations=observations, seed=int(seeds[-1]))
                         if subsampled else loo(fits[k], name=f"n_components={k}"))
         _reraise(caught, k)
-    comparison = compare_subsampled(elpds) if subsampled else compare(elpds)
+    return fits, elpds
 
+
+def _add_classical_criteria(table: pd.DataFrame, arr, model: str, estimator: type, cv: int, seed: int,
+                            chunked: bool) -> None:
+    """Minka, BIC, AIC, cross-validated likelihood, Gavish-Donoho and parallel analysis, by k in ``table``."""
+    ks = list(table.index)
+    n, d = arr.shape
     ml_loglik = np.array([estimator(n_components=k).fit(arr).log_likelihood_ for k in ks])
     params = np.array([_n_parameters(k, d, model) for k in ks])
     minka, gd_rank = _spectral_criteria(arr, ks)
     if chunked:  # held-out folds need the rows in memory; the subsampled LOO is the check here
         cv_mean = cv_se = np.full(len(ks), np.nan)
     else:
-        cv_mean, cv_se = _cross_validated(arr, ks, estimator, cv, int(seeds[-1]))
-
-    loo_columns = ["elpd", "se", "elpd_diff", "dse", "p", "weight", "rank", "warning", "pareto_k_max"]
-    loo_columns += ["subsampling_dse"] if subsampled else []
-    table = comparison.loc[ks, loo_columns].copy()
-    table.index = pd.Index(ks, name="n_components")
-    table["rank"] = table["rank"].astype(int)
+        cv_mean, cv_se = _cross_validated(arr, ks, estimator, cv, seed)
     table["minka"] = minka
     table["bic"] = -2 * ml_loglik + params * np.log(n)
     table["aic"] = -2 * ml_loglik + 2 * params
@@ -675,10 +706,12 @@ def compare_n_components(
         from bayespca.selection import parallel_analysis
 
         kind = "pca" if model == "ppca" else "fa"
-        pa_rank = parallel_analysis(arr, kind=kind, random_state=int(seeds[-1])).n_components
+        pa_rank = parallel_analysis(arr, kind=kind, random_state=seed).n_components
     table["parallel_analysis"] = [k == pa_rank for k in ks]
 
-    best = int(comparison.index[0])
+
+def _recommendation(table: pd.DataFrame, best: int) -> tuple[int, str]:
+    """The smallest k within max(dse, SMALL_ELPD_DIFF) of the best elpd, and the rule in words."""
     gap = -table["elpd_diff"]
     chosen = int(table.index[gap <= np.maximum(table["dse"], SMALL_ELPD_DIFF)].min())
     rule = (
@@ -686,8 +719,7 @@ def compare_n_components(
         f"{SMALL_ELPD_DIFF:g}): one standard error of the paired elpd difference, or a "
         "difference too small for its dse to be trusted"
     )
-    _warn_at_edge(chosen, ks, max_components(model, d))
-    return ComparisonResult(table, chosen, rule, comparison, fits, elpds)
+    return chosen, rule
 
 
 def _warn_at_edge(chosen: int, ks: list[int], upper: int) -> None:

@@ -355,61 +355,23 @@ def fit_svi(
     """
     n, d = prepared.n, prepared.d
     noise, k = spec.noise, spec.n_components
-    check_choice(guide, "guide", _GUIDES)
-    check_choice(init, "init", ("svd", "random"))
-    num_steps = check_number(num_steps, "num_steps", integer=True, low=1)
-    learning_rate = check_number(learning_rate, "learning_rate", low=0, low_open=True)
-    tol = check_number(tol, "tol", low=0, low_open=True)
-    batch_size = check_number(batch_size, "batch_size", integer=True, low=1, high=n, allow_none=True)
-    if batch_size == n:
-        batch_size = None
-    has_missing = prepared.missing is not None
-    if noise == "isotropic":  # a d x d eigenproblem, before any compiling
-        check_rows_leave_noise(prepared, k)
+    num_steps, learning_rate, tol, batch_size = _checked_options(
+        prepared, spec, guide, init, num_steps, learning_rate, tol, batch_size
+    )
     given = prior_classes.as_priors(spec.prior)
     if isinstance(given.loadings, prior_classes.Horseshoe):
         given.loadings.check(d)
     per_feature = noise == "diagonal" and isinstance(given.loadings, _PER_FEATURE)
     data = _standardised_data(prepared, per_feature, minibatches=batch_size is not None)
-    shift, scale, from_statistics = data.shift, data.scale, data.rows is None
     data_priors = prior_classes.resolve_at_data(given, noise, **data.scale_source)[1]
     horseshoe = isinstance(data_priors.loadings, prior_classes.Horseshoe)
-    if horseshoe and guide == "delta":
-        raise ValueError(
-            "guide must be 'normal' or 'lowrank' with the horseshoe prior (its MAP is not a "
-            "sparse estimate); got guide='delta'."
-        )
-    sampled_rows = from_statistics and batch_size is not None
-    if horseshoe and sampled_rows:
-        raise ValueError(
-            "prior='horseshoe' with batch_size on Dask input is not supported (its global scale "
-            "depends on the rows the model sees); use batch_size=None, which fits from the statistics."
-        )
-    std_priors, prior_jacobian = _standardised_priors(data_priors, noise, shift, scale, d, k)
-    model = functools.partial(
-        MODELS[noise], n_components=k, identification="none", subsample_size=batch_size,
-        has_missing=has_missing,
-    )
+    sampled_rows = data.rows is None and batch_size is not None
+    _check_horseshoe(horseshoe, guide, sampled_rows)
+    std_priors, prior_jacobian = _standardised_priors(data_priors, noise, data.shift, data.scale, d, k)
     rng = as_generator(random_state)
-    sampler = None
-    if sampled_rows:
-        sampler = _RowSample(prepared, shift, scale, min(n, max(_SAMPLE_ROWS, 20 * batch_size)), rng)
-        model = _LikelihoodScale(_with_rows_drawn_with_replacement(model, sampler.size, batch_size),
-                                 n / sampler.size)
-    elif batch_size is not None:
-        model = _with_rows_drawn_with_replacement(model, n, batch_size)
-    init_values = _initial_values(*data.spectrum, k, noise)
-    if init == "random":
-        init_values["W"] = 0.1 * rng.standard_normal((d, k))
-        init_values[_NOISE_SITE[noise]] = np.ones(()) if noise == "isotropic" else np.ones(d)
-    w0 = init_values.pop("W")
-    if horseshoe:
-        from bayespca.rotations import rotate
-
-        w0 = np.asarray(rotate(w0, "varimax").loadings)
-    noise0 = init_values[_NOISE_SITE[noise]] ** (2 if noise == "isotropic" else 1)
-    init_values.update(std_priors.loadings.start(w0, np.broadcast_to(noise0, (d,)), n))
-    guide_kwargs = {"init_loc_fn": init_to_value(values=init_values)}
+    model, sampler = _svi_model(prepared, spec, data.shift, data.scale, batch_size, sampled_rows, rng)
+    start = _start(data, spec, std_priors.loadings, init, horseshoe, rng, n)
+    guide_kwargs = {"init_loc_fn": init_to_value(values=start)}
     if guide != "delta":
         # Posterior sds of standardised parameters are O(1/sqrt(n)).
         guide_kwargs["init_scale"] = min(0.1, 1.0 / math.sqrt(n))
@@ -418,23 +380,13 @@ def fit_svi(
     schedule = functools.partial(_decaying_step, lr=learning_rate, num_steps=num_steps)
     svi = SVI(model, auto_guide, numpyro.optim.Adam(schedule), Trace_ELBO())
     key = as_key(rng)
-    # Complete data over all rows enter the likelihood only through
-    # (n, mean, scatter): one step then costs O(d^2 k), whatever n.
-    use_stats = batch_size is None and (not has_missing or from_statistics)
-    if use_stats:
-        stats = data.stats if from_statistics else SufficientStatistics(
-            np.float64(n), data.rows.mean(axis=0), centred_scatter(data.rows, data.rows.mean(0))
-        )
-        model_args = ((None,), {"prior": std_priors, "suff_stats": stats})
-    else:
-        rows = sampler.draw() if sampler is not None else data.rows  # NaN at missing entries
-        model_args = ((jnp.asarray(rows),), {"prior": std_priors})
+    model_args, use_stats = _model_args(data, sampler, batch_size, std_priors, prepared.missing is not None)
     # A deterministic objective (delta guide, all rows) ends at its optimum;
     # a stochastic one is judged on longer windows and summarised by its
     # averaged iterates.
     stochastic = guide != "delta" or batch_size is not None
-    config = (noise, guide, None if use_stats else n, d, k, batch_size, has_missing, sampler is not None)
-    config += (num_steps, learning_rate, jax.tree_util.tree_structure(std_priors))
+    config = (noise, guide, None if use_stats else n, d, k, batch_size, prepared.missing is not None,
+              sampler is not None, num_steps, learning_rate, jax.tree_util.tree_structure(std_priors))
     # The LAPACK calls in the loop are small (k x k, or triangular solves with
     # k rows): threading them only adds synchronisation, and on a machine with
     # more busy threads than cores it made each call ~100x slower (measured).
@@ -444,18 +396,102 @@ def fit_svi(
         state, losses, converged, averaged = _run(
             svi, config, state, model_args, num_steps, tol, progress_bar, window, sampler
         )
-    n_steps = losses.size
     if not np.all(np.isfinite(losses)):
         raise ValueError(
             f"SVI loss became non-finite at step {int(np.argmin(np.isfinite(losses)))}; "
             "lower learning_rate or use init='svd'."
         )
     params = averaged if stochastic else svi.get_params(state)
-    point = _to_data_units(auto_guide.median(params), noise, shift, scale)
+    g, draws = _point_and_draws(auto_guide, params, data, noise, horseshoe, rng)
+    offset = _loss_offset(data, std_priors.loadings, prior_jacobian, guide, noise, k)
+    details = SVIResult(auto_guide, params, noise, data.shift, data.scale)
+    fit_ll = data.log_likelihood(g)
+    return Fit(g, fit_ll, "svi", losses.size, converged, losses + offset, np.zeros(d, bool), draws, details)
+
+
+def _checked_options(prepared, spec, guide, init, num_steps, learning_rate, tol, batch_size) -> tuple:
+    """``(num_steps, learning_rate, tol, batch_size)`` checked (None for all rows); refuses a noiseless k."""
+    check_choice(guide, "guide", _GUIDES)
+    check_choice(init, "init", ("svd", "random"))
+    num_steps = check_number(num_steps, "num_steps", integer=True, low=1)
+    learning_rate = check_number(learning_rate, "learning_rate", low=0, low_open=True)
+    tol = check_number(tol, "tol", low=0, low_open=True)
+    batch_size = check_number(batch_size, "batch_size", integer=True, low=1, high=prepared.n, allow_none=True)
+    if spec.noise == "isotropic":  # a d x d eigenproblem, before any compiling
+        check_rows_leave_noise(prepared, spec.n_components)
+    return num_steps, learning_rate, tol, None if batch_size == prepared.n else batch_size
+
+
+def _check_horseshoe(horseshoe: bool, guide: str, sampled_rows: bool) -> None:
+    """Refuse the horseshoe with a point guide, or with minibatches of rows drawn from Dask."""
+    if horseshoe and guide == "delta":
+        raise ValueError(
+            "guide must be 'normal' or 'lowrank' with the horseshoe prior (its MAP is not a "
+            "sparse estimate); got guide='delta'."
+        )
+    if horseshoe and sampled_rows:
+        raise ValueError(
+            "prior='horseshoe' with batch_size on Dask input is not supported (its global scale "
+            "depends on the rows the model sees); use batch_size=None, which fits from the statistics."
+        )
+
+
+def _svi_model(prepared, spec, shift, scale, batch_size, sampled_rows, rng):
+    """The NumPyro model in W's own coordinates, with its minibatches; and the row sampler of Dask data."""
+    n = prepared.n
+    model = functools.partial(
+        MODELS[spec.noise], n_components=spec.n_components, identification="none", subsample_size=batch_size,
+        has_missing=prepared.missing is not None,
+    )
+    if sampled_rows:
+        sampler = _RowSample(prepared, shift, scale, min(n, max(_SAMPLE_ROWS, 20 * batch_size)), rng)
+        scaled = _with_rows_drawn_with_replacement(model, sampler.size, batch_size)
+        return _LikelihoodScale(scaled, n / sampler.size), sampler
+    if batch_size is not None:
+        return _with_rows_drawn_with_replacement(model, n, batch_size), None
+    return model, None
+
+
+def _start(data: _Data, spec: ModelSpec, loadings_prior, init: str, horseshoe: bool, rng, n: int) -> dict:
+    """The guide's initial sites (standardised): closed-form pPCA, or small random loadings."""
+    noise, d = spec.noise, data.shift.size
+    values = _initial_values(*data.spectrum, spec.n_components, noise)
+    if init == "random":
+        values["W"] = 0.1 * rng.standard_normal((d, spec.n_components))
+        values[_NOISE_SITE[noise]] = np.ones(()) if noise == "isotropic" else np.ones(d)
+    w0 = values.pop("W")
+    if horseshoe:
+        from bayespca.rotations import rotate
+
+        w0 = np.asarray(rotate(w0, "varimax").loadings)
+    noise0 = values[_NOISE_SITE[noise]] ** (2 if noise == "isotropic" else 1)
+    values.update(loadings_prior.start(w0, np.broadcast_to(noise0, (d,)), n))
+    return values
+
+
+def _model_args(data: _Data, sampler, batch_size: int | None, std_priors, has_missing: bool) -> tuple:
+    """The model's ``(args, kwargs)``, and whether they are the sufficient statistics."""
+    from_statistics = data.rows is None
+    # Complete data over all rows enter the likelihood only through
+    # (n, mean, scatter): one step then costs O(d^2 k), whatever n.
+    use_stats = batch_size is None and (not has_missing or from_statistics)
+    if use_stats:
+        stats = data.stats if from_statistics else SufficientStatistics(
+            np.float64(data.rows.shape[0]), data.rows.mean(axis=0),
+            centred_scatter(data.rows, data.rows.mean(0)),
+        )
+        return ((None,), {"prior": std_priors, "suff_stats": stats}), True
+    rows = sampler.draw() if sampler is not None else data.rows  # NaN at missing entries
+    return ((jnp.asarray(rows),), {"prior": std_priors}), False
+
+
+def _point_and_draws(auto_guide, params: dict, data: _Data, noise: str, horseshoe: bool, rng):
+    """The guide's median in data units (canonical loadings), and with the horseshoe its draws."""
+    point = _to_data_units(auto_guide.median(params), noise, data.shift, data.scale)
     draws = None
     if horseshoe:
         sites = auto_guide.sample_posterior(as_key(rng), params, sample_shape=(_HORSESHOE_DRAWS,))
-        sampled = _to_data_units(sites, noise, shift, scale)
+        sampled = _to_data_units(sites, noise, data.shift, data.scale)
         w, kappa = prior_classes.canonical_columns(np.asarray(sampled.loadings), np.asarray(sites["kappa"]))
         point = LowRankGaussian(w.mean(axis=0), point.noise, point.mean)
         draws = Draws(
@@ -464,17 +500,21 @@ def fit_svi(
         )
     else:
         point = canonical_loadings(point)
-    # Back to data units: standardising multiplies the data density by
-    # scale^n_obs, the transformed priors' density by scale^prior_jacobian,
-    # and divides the guide's density by scale^(units of its sites), which the
-    # entropy of a non-degenerate guide carries.
-    site_units = std_priors.loadings.site_units(d, k) + d + (1 if noise == "isotropic" else 2 * d)
-    entropy = 0 if guide == "delta" else site_units * float(np.mean(np.log(scale)))
-    offset = float(np.sum(data.counts * np.log(scale))) + prior_jacobian - entropy
-    g = LowRankGaussian(*(np.asarray(a, dtype=float) for a in point))
-    ll = data.log_likelihood(g)
-    details = SVIResult(auto_guide, params, noise, shift, scale)
-    return Fit(g, ll, "svi", n_steps, converged, losses + offset, np.zeros(d, bool), draws, details)
+    return LowRankGaussian(*(np.asarray(a, dtype=float) for a in point)), draws
+
+
+def _loss_offset(data: _Data, loadings_prior, prior_jacobian: float, guide: str, noise: str, k: int) -> float:
+    """What turns the standardised loss into the loss in data units.
+
+    Standardising multiplies the data density by scale^n_obs, the
+    transformed priors' density by scale^prior_jacobian, and divides the
+    guide's density by scale^(units of its sites), which the entropy of a
+    non-degenerate guide carries.
+    """
+    d = data.shift.size
+    site_units = loadings_prior.site_units(d, k) + d + (1 if noise == "isotropic" else 2 * d)
+    entropy = 0 if guide == "delta" else site_units * float(np.mean(np.log(data.scale)))
+    return float(np.sum(data.counts * np.log(data.scale))) + prior_jacobian - entropy
 
 
 def map_by_svi(

@@ -452,81 +452,99 @@ def select_from_singular_values(
 
 def _rule(s, n, d, method, threshold, noise_std, tau) -> Selection:
     """The rule on singular values ``s`` of moderate size (see :func:`select_from_singular_values`)."""
-    m = s.size
-    s2 = s**2
-    total = s2.sum()
-
-    def result(k, candidates, criterion, thr, rule):
-        return Selection(method, int(k), np.asarray(candidates), np.asarray(criterion, dtype=float),
-                         None if thr is None else float(thr), rule, s, n, d)
-
-    ks = np.arange(m + 1)
-    if method == "variance":
-        thr = 0.9 if threshold is None else float(threshold)
-        cum = np.concatenate([[0.0], np.cumsum(s2) / total]) if total > 0 else np.zeros(m + 1)
-        above = np.flatnonzero(cum > thr)
-        k = int(above[0]) if above.size else m
-        return result(k, ks, cum, thr, f"smallest k with cumulative explained-variance ratio > {thr}")
-    if method == "elbow":
-        if m < 3:
-            return result(m, ks[1:], np.zeros(m), None, "fewer than 3 eigenvalues: all kept")
-        x = np.linspace(0.0, 1.0, m)
-        span = s2[0] - s2[-1]
-        y = (s2 - s2[-1]) / span if span > 0 else np.zeros(m)
-        # Distance below the chord from (0, 1) to (1, 0) of the normalised
-        # scree; entry k belongs to eigenvalue k + 1, so argmax is the number kept.
-        dist = (1.0 - x) - y
-        elbow = int(np.argmax(dist))  # 0-based position of the first "scree" eigenvalue
-        return result(elbow, ks[:m], dist, None,
-                      "k = components before the point farthest below the chord of the normalised scree")
-    if method == "mle":
-        if n < d:
-            raise ValueError(
-                f"method='mle' needs n_samples >= n_features (Minka's evidence uses all d "
-                f"eigenvalues); got n_samples={n}, n_features={d}."
-            )
-        spectrum = s2 / (n - 1)
-        cand = np.arange(1, d)
-        if cand.size == 0:
-            return result(1, [1], [0.0], None, "a single feature: k = 1")
-        ll = np.array([minka_log_evidence(spectrum, k, n) for k in cand])
-        return result(cand[int(np.argmax(ll))], cand, ll, None,
-                      "argmax over k = 1..d-1 of Minka's Laplace log-evidence")
     if method == "parallel":
         return parallel_from_singular_values(s, n, d, 0.95 if threshold is None else threshold)
-    if method == "profile-likelihood":
-        if m < 3:
-            return result(1, [1], [0.0], None, "fewer than 3 eigenvalues: k = 1")
-        prof = _profile_two_groups(s2 / (n - 1))
-        cand = np.arange(1, m)
-        return result(cand[int(np.argmax(prof))], cand, prof, None,
-                      "argmax over the split point of the two-group profile log-likelihood")
+    if method in _NOISE_RULES:
+        sigma = _noise_sigma(s, n, d) if noise_std is None else float(noise_std)
+        k, candidates, criterion, thr, rule = _NOISE_RULES[method](s, n, d, sigma, noise_std, tau, method)
+    else:
+        k, candidates, criterion, thr, rule = _SPECTRUM_RULES[method](s, n, d, threshold)
+    return Selection(method, int(k), np.asarray(candidates), np.asarray(criterion, dtype=float),
+                     None if thr is None else float(thr), rule, s, n, d)
 
-    sigma = _noise_sigma(s, n, d) if noise_std is None else float(noise_std)
-    if method == "gavish-donoho":
-        small, large = sorted((n, d))
-        beta = small / large
-        if noise_std is None:
-            thr = gavish_donoho_omega(beta) * np.median(s)
-            how = f"omega(beta={beta:.3g}) x median singular value"
-        else:
-            thr = gavish_donoho_lambda(beta) * np.sqrt(large) * sigma
-            how = f"lambda*(beta={beta:.3g}) sqrt({large}) sigma"
-        return result(int(np.sum(s > thr)), ks[1:], s, thr, f"number of singular values > {how}")
-    if method == "rank":
-        t = (sigma * (np.sqrt(n) + np.sqrt(d))) ** 2 if tau is None else float(tau)
-        tail = total - np.concatenate([[0.0], np.cumsum(s2)])
-        crit = tail + t * ks
-        return result(int(np.argmin(crit)), ks, crit, t,
-                      "argmin over k of |Xc - A_k|_F^2 + tau k (keeps s_j^2 > tau)")
-    # Information criteria (Vidal, Ma & Sastry): residual per sample + penalty.
-    kk = ks[: min(m, d - 1) + 1] if d > 1 else ks[:1]
-    resid = (total - np.concatenate([[0.0], np.cumsum(s2)]))[kk] / n
+
+# Each rule gives (k, candidates, criterion, threshold or None, the rule in words).
+def _variance_rule(s, n, d, threshold):
+    s2 = s**2
+    thr = 0.9 if threshold is None else float(threshold)
+    cum = np.concatenate([[0.0], np.cumsum(s2) / s2.sum()]) if s2.sum() > 0 else np.zeros(s.size + 1)
+    above = np.flatnonzero(cum > thr)
+    k = int(above[0]) if above.size else s.size
+    return k, np.arange(s.size + 1), cum, thr, f"smallest k with cumulative explained-variance ratio > {thr}"
+
+
+def _elbow_rule(s, n, d, threshold):
+    m, s2 = s.size, s**2
+    if m < 3:
+        return m, np.arange(1, m + 1), np.zeros(m), None, "fewer than 3 eigenvalues: all kept"
+    x = np.linspace(0.0, 1.0, m)
+    span = s2[0] - s2[-1]
+    y = (s2 - s2[-1]) / span if span > 0 else np.zeros(m)
+    # Distance below the chord from (0, 1) to (1, 0) of the normalised
+    # scree; entry k belongs to eigenvalue k + 1, so argmax is the number kept.
+    dist = (1.0 - x) - y
+    elbow = int(np.argmax(dist))  # 0-based position of the first "scree" eigenvalue
+    return (elbow, np.arange(m), dist, None,
+            "k = components before the point farthest below the chord of the normalised scree")
+
+
+def _mle_rule(s, n, d, threshold):
+    if n < d:
+        raise ValueError(
+            f"method='mle' needs n_samples >= n_features (Minka's evidence uses all d "
+            f"eigenvalues); got n_samples={n}, n_features={d}."
+        )
+    cand = np.arange(1, d)
+    if cand.size == 0:
+        return 1, [1], [0.0], None, "a single feature: k = 1"
+    ll = np.array([minka_log_evidence(s**2 / (n - 1), k, n) for k in cand])
+    return cand[int(np.argmax(ll))], cand, ll, None, "argmax over k = 1..d-1 of Minka's Laplace log-evidence"
+
+
+def _profile_rule(s, n, d, threshold):
+    if s.size < 3:
+        return 1, [1], [0.0], None, "fewer than 3 eigenvalues: k = 1"
+    prof = _profile_two_groups(s**2 / (n - 1))
+    cand = np.arange(1, s.size)
+    return (cand[int(np.argmax(prof))], cand, prof, None,
+            "argmax over the split point of the two-group profile log-likelihood")
+
+
+def _gavish_donoho_rule(s, n, d, sigma, noise_std, tau, method):
+    small, large = sorted((n, d))
+    beta = small / large
+    if noise_std is None:
+        thr = gavish_donoho_omega(beta) * np.median(s)
+        how = f"omega(beta={beta:.3g}) x median singular value"
+    else:
+        thr = gavish_donoho_lambda(beta) * np.sqrt(large) * sigma
+        how = f"lambda*(beta={beta:.3g}) sqrt({large}) sigma"
+    return int(np.sum(s > thr)), np.arange(1, s.size + 1), s, thr, f"number of singular values > {how}"
+
+
+def _rank_rule(s, n, d, sigma, noise_std, tau, method):
+    s2, ks = s**2, np.arange(s.size + 1)
+    t = (sigma * (np.sqrt(n) + np.sqrt(d))) ** 2 if tau is None else float(tau)
+    crit = s2.sum() - np.concatenate([[0.0], np.cumsum(s2)]) + t * ks
+    return int(np.argmin(crit)), ks, crit, t, "argmin over k of |Xc - A_k|_F^2 + tau k (keeps s_j^2 > tau)"
+
+
+def _information_rule(s, n, d, sigma, noise_std, tau, method):
+    """AIC, BIC or GAIC (Vidal, Ma & Sastry): residual per sample + penalty."""
+    s2, ks = s**2, np.arange(s.size + 1)
+    kk = ks[: min(s.size, d - 1) + 1] if d > 1 else ks[:1]
+    resid = (s2.sum() - np.concatenate([[0.0], np.cumsum(s2)]))[kk] / n
     params = d * kk - kk**2 + (n * kk if method == "gaic" else 0)
     c = np.log(n) if method == "bic" else 2.0
     crit = resid + c * params * sigma**2 / n
-    return result(kk[int(np.argmin(crit))], kk, crit, None,
-                  f"argmin over k of residual/n + {'log(n)' if method == 'bic' else '2'} P(k) sigma^2 / n")
+    return (kk[int(np.argmin(crit))], kk, crit, None,
+            f"argmin over k of residual/n + {'log(n)' if method == 'bic' else '2'} P(k) sigma^2 / n")
+
+
+_SPECTRUM_RULES = {"variance": _variance_rule, "elbow": _elbow_rule, "mle": _mle_rule,
+                   "profile-likelihood": _profile_rule}
+_NOISE_RULES = {"gavish-donoho": _gavish_donoho_rule, "rank": _rank_rule, "aic": _information_rule,
+                "bic": _information_rule, "gaic": _information_rule}
 
 
 def select_n_components(X, method: str = "mle", *, standardize: bool = False, **options) -> Selection:

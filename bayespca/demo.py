@@ -22,6 +22,7 @@ posterior summary, effective sample sizes rounded to counts) and
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -49,15 +50,29 @@ def _markdown(table: pd.DataFrame, digits: int = 4) -> str:
     return "\n".join(rows)
 
 
-def _save(fig, folder: Path, name: str, figures: list, dpi: int = 110) -> None:
-    with atomic_output(folder / name) as tmp:
-        fig.savefig(tmp, dpi=dpi, bbox_inches="tight")
-    figures.append(name)
+@dataclasses.dataclass
+class _Report:
+    """The report's folder, and the figures written to it in order (each file whole or not at all)."""
 
+    folder: Path
+    figures: list[str] = dataclasses.field(default_factory=list)
 
-def _write_csv(table: pd.DataFrame, path: Path) -> None:
-    with atomic_output(path) as tmp:
-        table.to_csv(tmp)
+    def save(self, fig, name: str, dpi: int = 110) -> None:
+        with atomic_output(self.folder / name) as tmp:
+            fig.savefig(tmp, dpi=dpi, bbox_inches="tight")
+        self.figures.append(name)
+
+    def plot(self, name: str, draw) -> None:
+        """A 6.4 x 4.8 in figure of ``draw(ax)``, saved as ``name``."""
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(6.4, 4.8))
+        draw(fig.subplots())
+        self.save(fig, name)
+
+    def csv(self, table: pd.DataFrame, name: str) -> None:
+        with atomic_output(self.folder / name) as tmp:
+            table.to_csv(tmp)
 
 
 def run_demo(out="bayespca-demo", *, small=False, random_state=0, progress=False) -> Path:
@@ -77,95 +92,34 @@ def run_demo(out="bayespca-demo", *, small=False, random_state=0, progress=False
     -------
     pathlib.Path
     """
-    import matplotlib.pyplot as plt
-    from matplotlib.figure import Figure
     from sklearn.datasets import load_wine
     from tqdm.auto import tqdm
 
-    from bayespca import PCA, PPCA, FactorAnalysis, KernelPCA
-    from bayespca.plotting import (
-        plot_biplot,
-        plot_kernel_pca,
-        plot_latent,
-        plot_loadings,
-        plot_noise,
-        plot_scree,
-        plot_trace,
-    )
-    from bayespca.selection import METHODS, select_from_singular_values
+    from bayespca import PCA, KernelPCA
+    from bayespca.plotting import plot_biplot, plot_kernel_pca
 
     folder = Path(out).resolve()
     folder.mkdir(parents=True, exist_ok=True)
+    report = _Report(folder)
     wine = load_wine(as_frame=True)
     X = (wine.data - wine.data.mean()) / wine.data.std()
     cultivar = np.asarray(wine.target_names)[wine.target.to_numpy()]
+    n, d = X.shape
     chains, draws = (2, 100) if small else (4, 500)
-    figures: list[str] = []
     steps = tqdm(total=6, desc="bayespca demo", disable=not progress)
-
-    def figure():
-        fig = Figure(figsize=(6.4, 4.8))
-        return fig, fig.subplots()
-
-    # 1. choosing k
-    pca = PCA().fit(X)
-    s, n, d = pca.singular_values_, pca.n_samples_, pca.n_features_in_
-    chosen = {rule: select_from_singular_values(s, n, d, rule).n_components for rule in METHODS}
-    k = max(2, chosen["gavish-donoho"])
-    fig, ax = figure()
-    plot_scree(pca, ax=ax)
-    _save(fig, folder, "scree.png", figures)
-    selection = pd.DataFrame({"n_components": chosen}).rename_axis("rule")
-    _write_csv(selection, folder / "selection.csv")
+    selection, k = _choose_k(X, report)
     steps.update()
-
-    # 2. PCA biplot
-    fig, ax = figure()
-    plot_biplot(PCA(2).fit(X), X, labels=pd.Series(cultivar, name="cultivar"), ax=ax)
-    _save(fig, folder, "biplot.png", figures)
+    biplot, labels = PCA(2).fit(X), pd.Series(cultivar, name="cultivar")
+    report.plot("biplot.png", lambda ax: plot_biplot(biplot, X, labels=labels, ax=ax))
     steps.update()
-
-    # 3. Bayesian pPCA by NUTS
-    ppca = PPCA(
-        k, method="nuts", num_chains=chains, num_samples=draws, num_warmup=draws,
-        random_state=random_state, progress_bar=progress,
-    ).fit(X)
-    for name, plot in (
-        ("loadings.png", lambda ax: plot_loadings(ppca, ax=ax)),
-        ("loadings_intervals.png", lambda ax: plot_loadings(ppca, kind="interval", ax=ax)),
-        ("latent.png", lambda ax: plot_latent(ppca, X, labels=cultivar, ax=ax)),
-        ("noise.png", lambda ax: plot_noise(ppca, ax=ax)),
-    ):
-        fig, ax = figure()
-        plot(ax)
-        _save(fig, folder, name, figures)
-    trace = plot_trace(ppca).viz["figure"].item()
-    _save(trace, folder, "trace.png", figures, dpi=90)
-    plt.close(trace)
-    summary = ppca.summary()
-    for column in ("ess_bulk", "ess_tail"):  # effective sample sizes are counts
-        summary[column] = summary[column].round()
-    _write_csv(summary, folder / "summary.csv")
+    summary = _bayesian_ppca(X, k, cultivar, report, (chains, draws), random_state, progress)
     steps.update()
-
-    # 4. factor analysis with a varimax rotation
-    fa = FactorAnalysis(k, rotation="varimax").fit(X)
-    fig, ax = figure()
-    plot_loadings(fa, ax=ax)
-    _save(fig, folder, "fa_loadings.png", figures)
-    fig, ax = figure()
-    plot_noise(fa, ax=ax)
-    _save(fig, folder, "fa_noise.png", figures)
+    _factor_analysis(X, k, report)
     steps.update()
-
-    # 5. kernel PCA
-    fig, ax = figure()
-    plot_kernel_pca(KernelPCA(2, kernel="rbf", gamma=1.0 / (2 * d)).fit(X), labels=cultivar, ax=ax)
-    _save(fig, folder, "kernel_pca.png", figures)
+    kpca = KernelPCA(2, kernel="rbf", gamma=1.0 / (2 * d)).fit(X)
+    report.plot("kernel_pca.png", lambda ax: plot_kernel_pca(kpca, labels=cultivar, ax=ax))
     steps.update()
-
-    # 6. elpd against k
-    comparison_note = _comparison(X, folder, figures, small, random_state, progress, figure)
+    comparison_note = _comparison(X, report, small, random_state, progress)
     steps.update()
     steps.close()
 
@@ -173,7 +127,8 @@ def run_demo(out="bayespca-demo", *, small=False, random_state=0, progress=False
         "# bayespca demo: wine recognition data",
         "",
         f"{n} wines x {d} standardised chemical measurements (scikit-learn's `load_wine`), "
-        f"3 cultivars. Gavish-Donoho keeps k = {chosen['gavish-donoho']}; the models below use k = {k}. "
+        f"3 cultivars. Gavish-Donoho keeps k = {selection.loc['gavish-donoho', 'n_components']}; "
+        f"the models below use k = {k}. "
         f"NUTS: {chains} chains x {draws} draws ({draws} warm-up), seed {random_state}.",
         "",
         "## Number of components by rule",
@@ -188,7 +143,7 @@ def run_demo(out="bayespca-demo", *, small=False, random_state=0, progress=False
         "",
         "## Plots",
         "",
-        *[f"![{name}]({name})" for name in figures],
+        *[f"![{name}]({name})" for name in report.figures],
         "",
     ]
     with atomic_output(folder / "report.md") as tmp:
@@ -196,7 +151,59 @@ def run_demo(out="bayespca-demo", *, small=False, random_state=0, progress=False
     return folder
 
 
-def _comparison(X, folder, figures, small, random_state, progress, figure) -> str:
+def _choose_k(X: pd.DataFrame, report: _Report) -> tuple[pd.DataFrame, int]:
+    """Step 1: k by every rule (scree plot, ``selection.csv``); the models use Gavish-Donoho's, at least 2."""
+    from bayespca import PCA
+    from bayespca.plotting import plot_scree
+    from bayespca.selection import METHODS, select_from_singular_values
+
+    pca = PCA().fit(X)
+    s, n, d = pca.singular_values_, pca.n_samples_, pca.n_features_in_
+    chosen = {rule: select_from_singular_values(s, n, d, rule).n_components for rule in METHODS}
+    report.plot("scree.png", lambda ax: plot_scree(pca, ax=ax))
+    selection = pd.DataFrame({"n_components": chosen}).rename_axis("rule")
+    report.csv(selection, "selection.csv")
+    return selection, max(2, chosen["gavish-donoho"])
+
+
+def _bayesian_ppca(X, k: int, cultivar, report: _Report, size: tuple, random_state, progress) -> pd.DataFrame:
+    """Step 3: pPCA by NUTS (``size`` = chains, draws): its plots, and its summary (``summary.csv``)."""
+    import matplotlib.pyplot as plt
+
+    from bayespca import PPCA
+    from bayespca.plotting import plot_latent, plot_loadings, plot_noise, plot_trace
+
+    chains, draws = size
+    ppca = PPCA(
+        k, method="nuts", num_chains=chains, num_samples=draws, num_warmup=draws,
+        random_state=random_state, progress_bar=progress,
+    ).fit(X)
+    report.plot("loadings.png", lambda ax: plot_loadings(ppca, ax=ax))
+    report.plot("loadings_intervals.png", lambda ax: plot_loadings(ppca, kind="interval", ax=ax))
+    report.plot("latent.png", lambda ax: plot_latent(ppca, X, labels=cultivar, ax=ax))
+    report.plot("noise.png", lambda ax: plot_noise(ppca, ax=ax))
+    trace = plot_trace(ppca).viz["figure"].item()
+    report.save(trace, "trace.png", dpi=90)
+    plt.close(trace)
+    summary = ppca.summary()
+    for column in ("ess_bulk", "ess_tail"):  # effective sample sizes are counts
+        summary[column] = summary[column].round()
+    report.csv(summary, "summary.csv")
+    return summary
+
+
+def _factor_analysis(X, k: int, report: _Report) -> None:
+    """Step 4: maximum-likelihood factor analysis with a varimax rotation: loadings and uniquenesses."""
+    from bayespca import FactorAnalysis
+    from bayespca.plotting import plot_loadings, plot_noise
+
+    fa = FactorAnalysis(k, rotation="varimax").fit(X)
+    report.plot("fa_loadings.png", lambda ax: plot_loadings(fa, ax=ax))
+    report.plot("fa_noise.png", lambda ax: plot_noise(fa, ax=ax))
+
+
+def _comparison(X, report: _Report, small: bool, random_state, progress) -> str:
+    """Step 6: elpd against k (``comparison.csv`` and its plot); the report's section."""
     from bayespca.comparison import compare_n_components
     from bayespca.plotting import plot_comparison
 
@@ -206,10 +213,8 @@ def _comparison(X, folder, figures, small, random_state, progress, figure) -> st
         X, n_components=ks, model="ppca", random_state=random_state, progress_bar=progress,
         **options,
     )
-    _write_csv(result.table, folder / "comparison.csv")
-    fig, ax = figure()
-    plot_comparison(result, ax=ax)
-    _save(fig, folder, "comparison.png", figures)
+    report.csv(result.table, "comparison.csv")
+    report.plot("comparison.png", lambda ax: plot_comparison(result, ax=ax))
     return (
         f"## Model comparison\n\nRecommended k = {result.n_components} ({result.rule}).\n\n"
         + _markdown(result.table)

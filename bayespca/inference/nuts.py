@@ -112,7 +112,7 @@ from numpyro.infer.hmc import hmc
 from numpyro.infer.util import ParamInfo, constrain_fn, potential_energy, unconstrain_fn
 
 from bayespca import priors as prior_classes
-from bayespca.cache import enable_compilation_cache
+from bayespca.cache import enable_compilation_cache, release_compiled_programs
 from bayespca.gaussian import LowRankGaussian, canonical_loadings, capacitance_norm
 from bayespca.inference import closed_form, rotated_factor
 from bayespca.inference.contract import Draws, Fit, ModelSpec
@@ -926,6 +926,7 @@ def sample_model(
         As :func:`sample_statistics` makes them.
     """
     _check_options(num_warmup, num_samples, num_chains, chain_method, target_accept_prob, False)
+    release_compiled_programs()
     options = tuple(sorted(options.items()))
     data = {"kwargs": kwargs}
     theta = _unconstrained(_Static(model, options, ()), data, start)
@@ -1151,6 +1152,7 @@ def fit_nuts(
     ((1, 100, 3, 1), True)
     """
     _check_options(num_warmup, num_samples, num_chains, chain_method, target_accept_prob, dense_mass)
+    release_compiled_programs()
     key = as_key(random_state)
     n, d, k, noise = prepared.n, prepared.d, spec.n_components, spec.noise
     check_number(padded_components, "padded_components", integer=True, low=k, high=d, allow_none=True)

@@ -63,7 +63,7 @@ from numpyro.infer.initialization import init_to_value
 from threadpoolctl import threadpool_limits
 
 from bayespca import priors as prior_classes
-from bayespca.cache import enable_compilation_cache
+from bayespca.cache import enable_compilation_cache, release_compiled_programs
 from bayespca.chunked import in_memory, is_chunked, sample_rows
 from bayespca.gaussian import LowRankGaussian, canonical_loadings, log_likelihood_from_stats, log_prob
 from bayespca.inference.closed_form import check_rows_leave_noise
@@ -358,6 +358,7 @@ def fit_svi(
     num_steps, learning_rate, tol, batch_size = _checked_options(
         prepared, spec, guide, init, num_steps, learning_rate, tol, batch_size
     )
+    release_compiled_programs()
     given = prior_classes.as_priors(spec.prior)
     if isinstance(given.loadings, prior_classes.Horseshoe):
         given.loadings.check(d)
@@ -574,6 +575,7 @@ def map_by_svi(
     >>> round(float(point["mu"]), 4), round(7 / (3 + 1 / 100), 4)
     (2.3256, 2.3256)
     """
+    release_compiled_programs()
     guide = AutoDelta(model, init_loc_fn=init_to_value(values=start))
     schedule = functools.partial(_decaying_step, lr=learning_rate, num_steps=num_steps)
     svi = SVI(model, guide, numpyro.optim.Adam(schedule), Trace_ELBO())

@@ -151,31 +151,7 @@ def as_float_matrix(X: Any, *, name: str = "X", allow_nan: bool = False) -> np.n
 
 def _convert(X: Any, name: str, allow_nan: bool, min_columns: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """:func:`as_float_matrix`, also returning the column sums."""
-    if hasattr(X, "toarray") or type(X).__module__.startswith("scipy.sparse"):
-        raise TypeError(
-            f"{name} is a scipy sparse matrix ({type(X).__name__}); this function needs dense "
-            f"input: pass {name}.toarray(). Sparse input is accepted by {SPARSE_ESTIMATORS}."
-        )
-    if hasattr(X, "iloc") and hasattr(X, "dtypes") and getattr(X, "ndim", 2) == 2:
-        arr = _from_dataframe(X, name)
-    else:
-        try:
-            arr = np.asarray(X)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{name} could not be read as an array ({exc}); accepted: {_ACCEPTED}.") from None
-        if np.iscomplexobj(arr):
-            raise ValueError(
-                f"Complex data not supported: {name} has dtype {arr.dtype}; accepted: {_ACCEPTED}."
-            )
-        if arr.dtype.kind == "O":
-            arr = _from_objects(arr, name)
-        elif arr.dtype.kind in "US":
-            raise TypeError(
-                f"{name} contains non-numeric values: strings (dtype {arr.dtype}), even if they look "
-                f"like numbers; accepted: {_ACCEPTED}. Convert them first, e.g. {name}.astype(float)."
-            )
-        elif arr.dtype.kind not in "biuf":
-            raise TypeError(f"{name} has dtype {arr.dtype}, which is not numeric; accepted: {_ACCEPTED}.")
+    arr = _numeric_array(X, name)
     if arr.ndim != 2:
         hint = (
             f" Reshape your data with {name}.reshape(-1, 1) for one feature or "
@@ -194,9 +170,43 @@ def _convert(X: Any, name: str, allow_nan: bool, min_columns: int = 1) -> tuple[
             raise ValueError(
                 f"{name} has 0 {what}(s) (shape={arr.shape}) while a minimum of 1 is required."
             )
-    # Column sums are a cheap test for the common all-finite case (and give
-    # the mean for free); only on failure is the element-wise scan done to say
-    # what is wrong.
+    return arr, _checked_sums(arr, name, allow_nan)
+
+
+def _numeric_array(X: Any, name: str) -> np.ndarray:
+    """``X`` as a NumPy array of a real numeric dtype (any shape); a TypeError or ValueError otherwise."""
+    if hasattr(X, "toarray") or type(X).__module__.startswith("scipy.sparse"):
+        raise TypeError(
+            f"{name} is a scipy sparse matrix ({type(X).__name__}); this function needs dense "
+            f"input: pass {name}.toarray(). Sparse input is accepted by {SPARSE_ESTIMATORS}."
+        )
+    if hasattr(X, "iloc") and hasattr(X, "dtypes") and getattr(X, "ndim", 2) == 2:
+        return _from_dataframe(X, name)
+    try:
+        arr = np.asarray(X)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} could not be read as an array ({exc}); accepted: {_ACCEPTED}.") from None
+    if np.iscomplexobj(arr):
+        raise ValueError(f"Complex data not supported: {name} has dtype {arr.dtype}; accepted: {_ACCEPTED}.")
+    if arr.dtype.kind == "O":
+        return _from_objects(arr, name)
+    if arr.dtype.kind in "US":
+        raise TypeError(
+            f"{name} contains non-numeric values: strings (dtype {arr.dtype}), even if they look "
+            f"like numbers; accepted: {_ACCEPTED}. Convert them first, e.g. {name}.astype(float)."
+        )
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{name} has dtype {arr.dtype}, which is not numeric; accepted: {_ACCEPTED}.")
+    return arr
+
+
+def _checked_sums(arr: np.ndarray, name: str, allow_nan: bool) -> np.ndarray:
+    """The column sums of ``arr`` (float64, 2-D); a ValueError for infinity, refused NaN or overflow.
+
+    Column sums are a cheap test for the common all-finite case (and give
+    the mean for free); only on failure is the element-wise scan done to say
+    what is wrong.
+    """
     with np.errstate(over="ignore", invalid="ignore"):
         sums = np.ones(arr.shape[0]) @ arr  # BLAS gemv: one streaming pass, faster than sum(axis=0)
     if not np.isfinite(sums).all():
@@ -212,7 +222,7 @@ def _convert(X: Any, name: str, allow_nan: bool, min_columns: int = 1) -> tuple[
             raise ValueError(
                 f"{name} holds values so large that their sum overflows float64; rescale {name}."
             )
-    return arr, sums
+    return sums
 
 
 def _missing_mask(arr: np.ndarray, allow_nan: bool, sums: np.ndarray) -> np.ndarray | None:

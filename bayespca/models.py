@@ -533,38 +533,50 @@ def _low_rank_model(
     ident = identification_for(identification, noise, p.loadings)
     if X is None and suff_stats is None:
         ident = "none"  # prior predictive: W from its prior (see the module docstring)
-    if active_components is not None and (ident != "polar" or not p.loadings.rotation_invariant):
-        raise ValueError(
-            "active_components needs identification='polar' and a rotation-invariant loadings prior "
-            f"(Normal, Flat) on data; got identification={ident!r}, prior {type(p.loadings).__name__}."
-        )
-    if last_column_scale is not None and (ident != "polar" or not p.loadings.rotation_invariant or k < 2
-                                          or active_components is not None):
-        raise ValueError(
-            "last_column_scale needs identification='polar', a rotation-invariant loadings prior, "
-            f"n_components >= 2 and no active_components; got identification={ident!r}, prior "
-            f"{type(p.loadings).__name__}, n_components={k}, active_components={active_components}."
-        )
-
+    _check_chart(ident, p.loadings, k, active_components, last_column_scale)
     if noise == "isotropic":
         sigma = numpyro.sample("sigma", p.noise)
         psi = jnp.full(d, sigma**2)
     else:
         psi = numpyro.sample("psi", p.noise)
-    if ident == "polar":
-        row_scale = jnp.ones(d) if noise == "isotropic" else scales.sd
-        chart = (active_components, last_column_scale)
-        W = numpyro.deterministic("W", _polar_loadings(p.loadings, d, k, psi, scales.n, row_scale, *chart))
-    elif ident == "lower_triangular":
-        W = numpyro.deterministic("W", _lower_triangular_loadings(p.loadings, d, k, psi, scales.n))
-    else:
-        W = p.loadings.sample(d, k, psi, scales.n, reparam)
-    mu = numpyro.sample("mu", p.mean)
-
-    g = LowRankGaussian(W, psi, mu)
+    chart = (active_components, last_column_scale)
+    W = _loadings(p.loadings, ident, d, k, psi, scales, noise == "isotropic", reparam, chart)
+    g = LowRankGaussian(W, psi, numpyro.sample("mu", p.mean))
     if suff_stats is not None:
         numpyro.factor("X", marginal_log_likelihood(g, suff_stats, refine=refine_precision))
-        return
+    else:
+        _rows_likelihood(X, g, n, k, latent, subsample_size, has_missing)
+
+
+def _loadings(prior, ident, d, k, psi, scales, isotropic, reparam, chart):
+    """``W`` (d, k) in the chart ``ident``: a deterministic site of the polar and triangular charts."""
+    if ident == "polar":
+        row_scale = jnp.ones(d) if isotropic else scales.sd
+        return numpyro.deterministic("W", _polar_loadings(prior, d, k, psi, scales.n, row_scale, *chart))
+    if ident == "lower_triangular":
+        return numpyro.deterministic("W", _lower_triangular_loadings(prior, d, k, psi, scales.n))
+    return prior.sample(d, k, psi, scales.n, reparam)
+
+
+def _check_chart(ident, loadings, k, active_components, last_column_scale):
+    """A ValueError where ``active_components`` or ``last_column_scale`` is set outside the polar chart."""
+    if active_components is not None and (ident != "polar" or not loadings.rotation_invariant):
+        raise ValueError(
+            "active_components needs identification='polar' and a rotation-invariant loadings prior "
+            f"(Normal, Flat) on data; got identification={ident!r}, prior {type(loadings).__name__}."
+        )
+    if last_column_scale is not None and (ident != "polar" or not loadings.rotation_invariant or k < 2
+                                          or active_components is not None):
+        raise ValueError(
+            "last_column_scale needs identification='polar', a rotation-invariant loadings prior, "
+            f"n_components >= 2 and no active_components; got identification={ident!r}, prior "
+            f"{type(loadings).__name__}, n_components={k}, active_components={active_components}."
+        )
+
+
+def _rows_likelihood(X, g, n, k, latent, subsample_size, has_missing):
+    """The observed site ``"X"``, row by row (``X`` None: the prior predictive draws it)."""
+    W, psi, mu = g
     observed = None if X is None else _observed_mask(X, has_missing)
     with numpyro.plate("obs", n, subsample_size=subsample_size):
         x = None if X is None else numpyro.subsample(jnp.asarray(X), event_dim=1)

@@ -1168,23 +1168,7 @@ def fit_nuts(
     identification = identification_for(spec.identification, noise, loadings)
 
     ml = _ml_start(prepared, spec, units)
-    reference_w = np.asarray(ml.loadings)
-    reparam = None
-    if isinstance(loadings, prior_classes.Horseshoe):
-        from bayespca.rotations import rotate
-
-        # Start near a sparse mode: varimax is the orthogonal rotation of simple structure.
-        reference_w = np.asarray(rotate(reference_w, "varimax").loadings)
-        standard_error = np.sqrt(np.asarray(ml.noise) / n)[:, None]
-        reparam = prior_classes.HorseshoeReparam(
-            np.abs(reference_w) > _CENTRED_AT * standard_error, standard_error
-        )
-    elif identification == "lower_triangular":
-        from bayespca.models import lower_triangular
-
-        reference_w = lower_triangular(reference_w)
-    elif identification == "polar" and noise == "diagonal":
-        reference_w = np.asarray(canonical_loadings(ml).loadings)
+    reference_w, reparam = _reference(ml, identification, loadings, noise, n)
     start_point = LowRankGaussian(reference_w, np.asarray(ml.noise), np.asarray(ml.mean))
     # D of FA's polar map: the features' sds, as the model computes them from the same statistics.
     row_scale = np.asarray(scales.sd) if noise == "diagonal" else None
@@ -1217,6 +1201,29 @@ def fit_nuts(
     if units is not None:
         draws = draws.to_data_units(units)
     return _posterior_fit(draws, working_stats, n).to_data_units(prepared.scale, prepared.total_observed)
+
+
+def _reference(ml: LowRankGaussian, identification: str, loadings: Any, noise: str, n: int) -> tuple:
+    """``W`` of the ML fit in the orientation of the reported draws, and the horseshoe's reparam (or None).
+
+    Under the horseshoe the start is near a sparse mode (varimax, the orthogonal rotation of simple
+    structure), and each loading more than :data:`_CENTRED_AT` standard errors ``sqrt(psi_j / n)``
+    from 0 there is sampled centred.
+    """
+    w = np.asarray(ml.loadings)
+    if isinstance(loadings, prior_classes.Horseshoe):
+        from bayespca.rotations import rotate
+
+        w = np.asarray(rotate(w, "varimax").loadings)
+        standard_error = np.sqrt(np.asarray(ml.noise) / n)[:, None]
+        return w, prior_classes.HorseshoeReparam(np.abs(w) > _CENTRED_AT * standard_error, standard_error)
+    if identification == "lower_triangular":
+        from bayespca.models import lower_triangular
+
+        return lower_triangular(w), None
+    if identification == "polar" and noise == "diagonal":
+        return np.asarray(canonical_loadings(ml).loadings), None
+    return w, None
 
 
 def _last_scale_stuck(draws: Draws, identification, noise, k, loadings, reparam) -> bool:

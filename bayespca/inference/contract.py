@@ -90,6 +90,20 @@ class Draws:
             self.loadings.reshape(-1, d, k), self.noise.reshape(-1, d), self.mean.reshape(-1, d)
         )
 
+    def extended(self, more: Draws) -> Draws:
+        """These draws followed, chain by chain, by ``more`` (the same chains run on)."""
+        def join(a, b):
+            return np.concatenate([a, b], axis=1)
+
+        return replace(
+            self,
+            loadings=join(self.loadings, more.loadings),
+            noise=join(self.noise, more.noise),
+            mean=join(self.mean, more.mean),
+            sample_stats={name: join(v, more.sample_stats[name]) for name, v in self.sample_stats.items()},
+            extra={name: join(v, more.extra[name]) for name, v in self.extra.items()},
+        )
+
     def to_data_units(self, scale: float | np.ndarray) -> Draws:
         """The same draws with ``W`` and ``mu`` times ``scale`` and the noise times ``scale^2``.
 

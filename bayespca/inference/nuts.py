@@ -135,7 +135,16 @@ from bayespca.statistics import (
     stack_patterns,
 )
 
-__all__ = ["CHAIN_METHODS", "align_signs", "fit_nuts", "laplace_factor", "sample_model", "sample_statistics"]
+__all__ = [
+    "CHAIN_METHODS",
+    "Chains",
+    "align_signs",
+    "continue_chains",
+    "fit_nuts",
+    "laplace_factor",
+    "sample_model",
+    "sample_statistics",
+]
 
 # Samplers and optimisers compile once per configuration; keep the programs between processes.
 enable_compilation_cache()
@@ -671,7 +680,8 @@ def _chain_seeds(key: jax.Array, num_chains: int):
 
 
 def _run_chains(static, settings, data, start, lengths, chain_method, progress_bar):
-    """Draws of ``xi`` (chain, draw, p) and the sampler's statistics (chain, draw) by field, in NumPy.
+    """Draws of ``xi`` (chain, draw, p), the sampler's statistics (chain, draw) by field, in NumPy,
+    and the chains' final states.
 
     ``start`` is ``(init, keys, chain_keys)``: the initial points (chain, p)
     with their potentials and gradients (:func:`_param_info`) and the keys
@@ -688,23 +698,37 @@ def _run_chains(static, settings, data, start, lengths, chain_method, progress_b
     chunks = -(-(num_warmup + num_samples) // _CHUNK)
     bar = _progress(num_chains * chunks * _CHUNK, progress_bar)
     if chain_method == "vectorized":
-        state = _start_all(static, settings, data, init, keys)
-        out = _chunks(functools.partial(_advance_all, static, settings, data), state, chunks, 1, bar)
+        states = _start_all(static, settings, data, init, keys)
     else:
         states = [_start_one(static, settings, data, jax.tree.map(lambda a, c=c: a[c], init), chain_keys[c])
                   for c in range(num_chains)]
-        workers = 1 if chain_method == "sequential" else min(num_chains, _cpus())
-        advance = functools.partial(_advance_one, static, settings, data)
-        runs = _on_threads(advance, states, chunks, bar, workers)
-        out = jax.tree.map(lambda *a: np.stack(a), *runs)
+    out, states = _advanced(static, settings, data, states, chunks, chain_method, bar)
     if bar is not None:
         bar.close()
-    xi, *extra = (a[:, num_warmup:num_warmup + num_samples] for a in out)
+    xi, extra = _kept(out, num_warmup, num_samples)
+    return xi, extra, states
+
+
+def _advanced(static, settings, data, states, chunks, chain_method, bar):
+    """``chunks`` compiled chunks of transitions from ``states`` (one batched state where
+    ``"vectorized"``, else one per chain): their outputs (chain, draw, ...) and the final states."""
+    if chain_method == "vectorized":
+        return _chunks(functools.partial(_advance_all, static, settings, data), states, chunks, 1, bar)
+    workers = 1 if chain_method == "sequential" else min(len(states), _cpus())
+    advance = functools.partial(_advance_one, static, settings, data)
+    runs = _on_threads(advance, states, chunks, bar, workers)
+    return jax.tree.map(lambda *a: np.stack(a), *(out for out, _ in runs)), [state for _, state in runs]
+
+
+def _kept(out: tuple, skip: int, count: int) -> tuple[np.ndarray, dict]:
+    """``xi`` and the statistics by field of the ``count`` transitions after the first ``skip``."""
+    xi, *extra = (a[:, skip:skip + count] for a in out)
     return xi, dict(zip((*_EXTRA_FIELDS, "step_size"), extra, strict=True))
 
 
 def _chunks(advance, state, chunks, axis, bar, stop=None):
-    """The outputs of ``chunks`` calls of ``advance`` from ``state``, joined along the draws' ``axis``.
+    """The outputs of ``chunks`` calls of ``advance`` from ``state``, joined along the draws' ``axis``,
+    and the state after the last.
 
     Returns None if ``stop`` (an event) is set before the last. Each
     chunk's output comes back to NumPy as it is made (operations on JAX
@@ -718,7 +742,7 @@ def _chunks(advance, state, chunks, axis, bar, stop=None):
         pieces.append(jax.tree.map(np.asarray, out))
         if bar is not None:
             bar.update(pieces[-1][-1].size)  # the chunk's transitions: one step size each
-    return jax.tree.map(lambda *a: np.concatenate(a, axis=axis), *pieces)
+    return jax.tree.map(lambda *a: np.concatenate(a, axis=axis), *pieces), state
 
 
 def _on_threads(advance, states, chunks, bar, workers):
@@ -812,9 +836,34 @@ def _param_info(static: _Static, data: dict, xi: np.ndarray) -> ParamInfo:
     return ParamInfo(xi, values, _adjoint(static, factor, gradients))
 
 
+@dataclass(frozen=True)
+class Chains:
+    """Where the chains of a NUTS fit stopped, and what turns further draws into a fit.
+
+    ``static``, ``data`` and ``settings`` are the sampler's configuration
+    (compiled in), its arguments and its settings (:func:`_settings`);
+    ``states`` NumPyro's state of each chain (one batched state where
+    ``chain_method`` is ``"vectorized"``). :func:`fit_nuts` adds how it
+    reports draws: ``report`` (:func:`_draws`), the sampling ``units``
+    (per feature, or None), the statistics in working units and the
+    ``prepared`` data. :func:`continue_chains` runs the chains on from here.
+    """
+
+    static: _Static
+    data: dict
+    settings: tuple
+    chain_method: str
+    states: Any
+    report: tuple = ()
+    units: np.ndarray | None = None
+    stats: Any = None
+    prepared: Prepared | None = None
+
+
 def _sample(static: _Static, data: dict, run: tuple, key: jax.Array, init_scale: float, kept: tuple | None,
             search: _Static | None = None):
-    """Constrained draws (chain * draw, ...) and sampler statistics, chains started around the centre.
+    """Constrained draws (chain * draw, ...), sampler statistics and the :class:`Chains`, chains started
+    around the centre.
 
     ``run`` is ``(num_warmup, num_samples, num_chains, chain_method,
     target_accept_prob, dense_mass, progress_bar)``; each chain starts at
@@ -829,9 +878,12 @@ def _sample(static: _Static, data: dict, run: tuple, key: jax.Array, init_scale:
     seed, keys, chain_keys = _chain_seeds(key, num_chains)
     normal = np.random.default_rng(np.asarray(seed)).standard_normal((num_chains, size))
     start = (_param_info(search or static, data, init_scale * normal), keys, chain_keys)
-    xi, extra = _run_chains(static, settings, data, start, lengths, chain_method, progress_bar)
+    xi, extra, states = _run_chains(static, settings, data, start, lengths, chain_method, progress_bar)
     sites = _constrained_draws(static, data, xi.reshape(-1, size), kept)
-    return jax.tree.map(np.asarray, sites), sample_statistics(extra)
+    # The arguments as they are now: a later run of the same fit sets some of them anew.
+    arguments = {**data, "kwargs": dict(data["kwargs"])}
+    chains = Chains(static, arguments, settings, chain_method, states)
+    return jax.tree.map(np.asarray, sites), sample_statistics(extra), chains
 
 
 def _settings(run: tuple) -> tuple:
@@ -939,7 +991,7 @@ def sample_model(
     data["factor"] = laplace_factor(hessian)
     if finish_compiling is not None:
         finish_compiling()
-    sites, stats = _sample(static, data, run, key, 1.0, None)
+    sites, stats, _ = _sample(static, data, run, key, 1.0, None)
     shape = (int(num_chains), int(num_samples))
     return {name: v.reshape(*shape, *v.shape[1:]) for name, v in sites.items()}, stats
 
@@ -1179,28 +1231,90 @@ def fit_nuts(
     ahead = functools.partial(_compile_ahead, run, key, _KEPT_SITES)
     search, static, init_scale = _preconditioned(noise, columns, identification, loadings, data, start, ahead)
     shape = (num_chains, num_samples)
-    sites, sample_stats = _sample(static, data, run, key, init_scale, _KEPT_SITES, search)
-    sites["W"] = sites["W"][..., :k]
-    draws = _draws(sites, sample_stats, identification, reference_w, start_point, noise, shape)
+    report = (identification, reference_w, start_point, noise, k)
+    sites, sample_stats, chains = _sample(static, data, run, key, init_scale, _KEPT_SITES, search)
+    draws = _draws(sites, sample_stats, report, shape)
     if spec.identification is None and noise == "diagonal" and _near_degenerate(static, data, loadings):
         if not _chains_agree(draws, stats):
             # W's own coordinates have no singularity; draws reported in the same orientation.
             search, static, init_scale = _preconditioned(noise, (k, None), "none", loadings, data, start)
             key = jax.random.fold_in(key, 1)
-            sites, sample_stats = _sample(static, data, run, key, init_scale, _KEPT_SITES, search)
-            draws = _draws(sites, sample_stats, identification, reference_w, start_point, noise, shape)
+            sites, sample_stats, chains = _sample(static, data, run, key, init_scale, _KEPT_SITES, search)
+            draws = _draws(sites, sample_stats, report, shape)
     elif _last_scale_stuck(draws, identification, noise, k, loadings, reparam):
         # Unpadded (the chart needs the last column active): a padded fit compiles a sampler of its own.
         data["kwargs"]["last_column_scale"] = _last_scale(start_point)
         search, static, init_scale = _preconditioned(noise, (k, None), identification, loadings, data, start)
-        sites, sample_stats = _sample(static, data, run, jax.random.fold_in(key, 1), init_scale, _KEPT_SITES,
-                                      search)
-        cartesian = _draws(sites, sample_stats, identification, reference_w, start_point, noise, shape)
+        key = jax.random.fold_in(key, 1)
+        sites, sample_stats, other = _sample(static, data, run, key, init_scale, _KEPT_SITES, search)
+        cartesian = _draws(sites, sample_stats, report, shape)
         if _mixes_better(cartesian, draws, stats):
-            draws = cartesian
+            draws, chains = cartesian, other
     if units is not None:
         draws = draws.to_data_units(units)
-    return _posterior_fit(draws, working_stats, n).to_data_units(prepared.scale, prepared.total_observed)
+    chains = replace(chains, report=report, units=units, stats=working_stats, prepared=prepared)
+    fit = _posterior_fit(draws, working_stats, n, chains)
+    return fit.to_data_units(prepared.scale, prepared.total_observed)
+
+
+def continue_chains(chains: Chains, draws: Draws, num_samples: int, progress_bar: bool | None = None) -> Fit:
+    """Run the chains of a :func:`fit_nuts` fit ``num_samples`` transitions further: the fit of all its draws.
+
+    The chains go on from their last states with the step size and mass
+    matrix their warm-up adapted (no new warm-up, and the compiled sampler is
+    the fit's), so the draws continue the same Markov chains: a fit of
+    ``num_samples=m`` continued by ``n`` gives the draws of one of ``m + n``
+    where ``num_warmup + m`` is a multiple of the compiled chunk, 50
+    transitions (otherwise the chains resume after that chunk's end).
+
+    Parameters
+    ----------
+    chains : Chains
+        ``Fit.details`` of the fit (or of an earlier continuation).
+    draws : Draws
+        Its draws, in data units (``Fit.draws``).
+    num_samples : int
+        Transitions to add to each chain.
+    progress_bar : bool or None, default=None
+        As in :func:`fit_nuts`.
+
+    Returns
+    -------
+    Fit
+        As :func:`fit_nuts` returns it, from ``draws`` followed by the new draws
+        (chain, draw, ...), and the chains where they now stop.
+
+    Examples
+    --------
+    Factor analysis of noise, 2 chains of 50 warm-up draws and 50 + 50 kept, against 100 kept at once:
+
+    >>> from bayespca.statistics import prepare
+    >>> data, spec = prepare(np.random.default_rng(1).normal(size=(150, 4))), ModelSpec("diagonal", 1)
+    >>> run = {"num_warmup": 50, "num_chains": 2, "random_state": 3}
+    >>> part = fit_nuts(data, spec, num_samples=50, **run)
+    >>> both = continue_chains(part.details, part.draws, 50)
+    >>> once = fit_nuts(data, spec, num_samples=100, **run)
+    >>> both.draws.noise.shape, bool(np.array_equal(both.draws.noise, once.draws.noise))
+    ((2, 100, 4), True)
+    """
+    check_number(num_samples, "num_samples", integer=True, low=1)
+    release_compiled_programs()
+    static, data, prepared = chains.static, chains.data, chains.prepared
+    num_chains = len(chains.states) if isinstance(chains.states, list) else chains.states.z.shape[0]
+    chunks = -(-int(num_samples) // _CHUNK)
+    bar = _progress(num_chains * chunks * _CHUNK, progress_bar)
+    out, states = _advanced(static, chains.settings, data, chains.states, chunks, chains.chain_method, bar)
+    if bar is not None:
+        bar.close()
+    xi, extra = _kept(out, 0, int(num_samples))
+    sites = _constrained_draws(static, data, xi.reshape(-1, xi.shape[-1]), _KEPT_SITES)
+    new = _draws(jax.tree.map(np.asarray, sites), sample_statistics(extra), chains.report, xi.shape[:2])
+    if chains.units is not None:
+        new = new.to_data_units(chains.units)
+    # Back to working units: exact, the scale being a power of two.
+    joined = draws.to_data_units(1.0 / prepared.scale).extended(new)
+    fit = _posterior_fit(joined, chains.stats, prepared.n, replace(chains, states=states))
+    return fit.to_data_units(prepared.scale, prepared.total_observed)
 
 
 def _reference(ml: LowRankGaussian, identification: str, loadings: Any, noise: str, n: int) -> tuple:
@@ -1414,10 +1528,15 @@ def _log_likelihood(draws: Draws, stats: Any) -> np.ndarray:
     return np.asarray(draws_marginal_log_likelihood(flat, stats)).reshape(draws.loadings.shape[:2])
 
 
-def _draws(sites, sample_stats, identification, reference_w, start_point, noise, shape) -> Draws:
-    """Identified draws (chain, draw, ...) and sampler statistics, in working units."""
-    w = sites["W"]
-    d, k = w.shape[-2:]
+def _draws(sites, sample_stats, report: tuple, shape) -> Draws:
+    """Identified draws (chain, draw, ...) and sampler statistics, in sampling units.
+
+    ``report`` is ``(identification, reference_w, start_point, noise, k)``: the draws of ``W``
+    (their first ``k`` columns) are identified by ``identification`` against ``reference_w``.
+    """
+    identification, reference_w, start_point, noise, k = report
+    w = sites["W"][..., :k]
+    d = w.shape[-2]
     if noise == "isotropic":
         psi = np.broadcast_to(sites["sigma"][:, None] ** 2, (w.shape[0], d))
     else:
@@ -1437,10 +1556,11 @@ def _draws(sites, sample_stats, identification, reference_w, start_point, noise,
     )
 
 
-def _posterior_fit(draws: Draws, stats: Any, n: int) -> Fit:
-    """The Fit of a posterior: its mean as the point estimate, the log-likelihood there."""
+def _posterior_fit(draws: Draws, stats: Any, n: int, chains: Chains) -> Fit:
+    """The Fit of a posterior: its mean as the estimate, the log-likelihood there, ``chains`` as details."""
     g = LowRankGaussian(draws.loadings.mean((0, 1)), draws.noise.mean((0, 1)), draws.mean.mean((0, 1)))
     ll = float(marginal_log_likelihood(g, stats))
     n_draws = draws.loadings.shape[0] * draws.loadings.shape[1]
     converged = not draws.sample_stats["diverging"].any()
-    return Fit(g, ll, "nuts", n_draws, converged, np.array([ll]), np.zeros(g.noise.shape, bool), draws)
+    at_floor = np.zeros(g.noise.shape, bool)
+    return Fit(g, ll, "nuts", n_draws, converged, np.array([ll]), at_floor, draws, chains)

@@ -352,15 +352,18 @@ def converged(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_ch
     return rhat <= 1.01 and ess >= min_ess_per_chain * draws.loadings.shape[0]
 
 
-def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_chain: int = 100) -> list:
+def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_chain: int = 100,
+             continuable: bool = False) -> list:
     """Warn (:class:`SamplingWarning`) about divergences, R-hat > 1.01 or low ESS; return the messages.
 
     R-hat and bulk/tail ESS are checked on the rotation-invariant quantities
     only (noise variances, eigenvalues of ``W W^T``, total log-likelihood
     when given), which are meaningful whatever the identification. R-hat
     is ArviZ's rank-normalised split R-hat; a single chain is compared with
-    itself by its two halves.
+    itself by its two halves. ``continuable``: the estimator's chains can
+    run on (``sample_more``), which the messages then offer first.
     """
+    more = "call sample_more() to continue the chains (no new warm-up), or " if continuable else ""
     messages = []
     n_div = int(draws.sample_stats["diverging"].sum())
     if n_div:
@@ -377,17 +380,17 @@ def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_cha
             "check for too many components (try fewer or prior='ard')."
         )
     elif rhat > 1.01:
+        fixes = (f"{more}increase num_warmup and num_samples, run more chains, or check for several modes "
+                 "(e.g. too many components: try fewer or prior='ard').")
         messages.append(
             f"R-hat of {rhat_label} is {rhat:.3f} > 1.01: draws from different chains (or halves of "
-            "one chain) disagree. "
-            "Increase num_warmup and num_samples, run more chains, or check for several modes "
-            "(e.g. too many components: try fewer or prior='ard')."
+            f"one chain) disagree. {fixes[0].upper()}{fixes[1:]}"
         )
     if ess < min_ess_per_chain * chains:
         messages.append(
             f"Effective sample size of {ess_label} is {ess:.0f} < "
             f"{min_ess_per_chain * chains} ({min_ess_per_chain} per chain x {chains} chains): "
-            "increase num_samples."
+            f"{more}increase num_samples."
         )
     for message in messages:
         warn(message, SamplingWarning)

@@ -1,9 +1,11 @@
 """ESS per second and leapfrog steps per draw: bayespca's NUTS against naive NumPyro models.
 
-Run: PYTHONPATH=. python benchmarks/bench_nuts.py [--quick | --wide]   (one BLAS thread)
+Run: PYTHONPATH=. python benchmarks/bench_nuts.py [--quick | --wide | --more]   (one BLAS thread)
 
 ``--wide`` instead times pPCA on wider data (d = 30, 50, 100) with the chains whitened by the
 rotated Laplace factor (:mod:`bayespca.inference.rotated_factor`) and by the dense one.
+``--more`` times ``sample_more(500)`` (the chains run on) against the user's alternative, a
+new fit with twice the draws, on synthetic and real data.
 
 Models, all on the same data (n=1000, d=20, k=3) in the same process, one chain each:
 
@@ -141,6 +143,64 @@ def wide(chains, draws):
         nuts._ROTATED_ABOVE = threshold
 
 
+def _more_cases():
+    from sklearn.datasets import load_diabetes, load_wine
+
+    from bayespca import PPCA, FactorAnalysis
+
+    def standardised(load):
+        X = load().data
+        return (X - X.mean(0)) / X.std(0)
+
+    return (
+        ("PPCA(3), 1000 x 20", PPCA, 3, _data(1000)),
+        ("FA(5), diabetes std", FactorAnalysis, 5, standardised(load_diabetes)),
+        ("PPCA(6), wine std", PPCA, 6, standardised(load_wine)),
+    )
+
+
+def _min_bulk_ess(model):
+    w = model.loadings_samples_
+    eig = np.linalg.svd(w, compute_uv=False) ** 2
+    noise = np.asarray(model.noise_variance_samples_).reshape(*w.shape[:2], -1)
+    series = [*np.moveaxis(noise, -1, 0), *np.moveaxis(eig, -1, 0)]
+    return min(float(az.ess(np.asarray(s), method="bulk")) for s in series)
+
+
+def more(repeats):
+    """``sample_more(500)`` after a default fit (4 x (500 + 500)) against a fit of 4 x (500 + 1000).
+
+    Warm (each configuration compiled by a first fit), default threads, medians of ``repeats``;
+    ESS is the smallest bulk ESS over the noise variances and the eigenvalues of W W^T.
+    """
+    import warnings
+
+    print(f"\nMore draws, warm, default threads, medians of {repeats}: sample_more(500) after a default fit "
+          "vs a new fit with num_samples=1000")
+    print(f"{'data, model':>22} {'fit s':>7} {'more s':>7} {'refit s':>8} {'refit/more':>10} "
+          f"{'ESS fit':>8} {'ESS +more':>9} {'ESS refit':>9}")
+    for label, estimator, k, X in _more_cases():
+        options = {"method": "nuts", "random_state": 0, "progress_bar": False}
+        times = {"fit": [], "more": [], "refit": []}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            estimator(k, **options).fit(X)  # compiles
+            for _ in range(repeats):
+                start = time.perf_counter()
+                model = estimator(k, **options).fit(X)
+                times["fit"].append(time.perf_counter() - start)
+                ess_fit = _min_bulk_ess(model)
+                start = time.perf_counter()
+                model.sample_more(500)
+                times["more"].append(time.perf_counter() - start)
+                start = time.perf_counter()
+                refit = estimator(k, num_samples=1000, **options).fit(X)
+                times["refit"].append(time.perf_counter() - start)
+        fit_s, more_s, refit_s = (float(np.median(times[key])) for key in ("fit", "more", "refit"))
+        print(f"{label:>22} {fit_s:7.2f} {more_s:7.2f} {refit_s:8.2f} {refit_s / more_s:10.1f} "
+              f"{ess_fit:8.0f} {_min_bulk_ess(model):9.0f} {_min_bulk_ess(refit):9.0f}", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument(
@@ -150,7 +210,12 @@ def main():
         "--wide", action="store_true",
         help="only the table of wider data (rotated vs dense Laplace factor, 4 chains x (500 + 500))",
     )
+    parser.add_argument("--more", action="store_true", help="only the sample_more table")
+    parser.add_argument("--repeats", type=int, default=3, help="repeats of the --more table")
     args = parser.parse_args()
+    if args.more:
+        more(args.repeats)
+        return
     if args.wide:
         wide(4, 500)
         return

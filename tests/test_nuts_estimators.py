@@ -385,3 +385,90 @@ def test_posterior_tree_is_built_when_read_with_the_rows_log_likelihood_summing_
     np.testing.assert_allclose(rows[0, :3], direct, rtol=1e-12)
     fit.set_params(method="em").fit(X)
     assert not hasattr(fit, "posterior_")
+
+
+# ------------------------------------------------------------- sample_more
+def _posterior_arrays(model):
+    return (model.loadings_samples_, model.noise_variance_samples_, model.mean_samples_,
+            *(model.sample_stats_[name] for name in sorted(model.sample_stats_)))
+
+
+@pytest.mark.parametrize(
+    "estimator, data, options",
+    [
+        (PPCA, "synthetic", {"chain_method": "parallel"}),
+        (PPCA, "synthetic", {"chain_method": "vectorized"}),
+        (FactorAnalysis, "synthetic", {"chain_method": "sequential"}),
+        (PPCA, "missing", {"prior": "ard"}),
+        (PPCA, "iris", {}),
+        (FactorAnalysis, "wine", {}),
+    ],
+)
+def test_sample_more_continues_the_chains_as_one_longer_run(estimator, data, options):
+    # The reference is a single fit that draws as many: continuing the chains (the same states, keys,
+    # adapted step sizes and masses, in 50-transition chunks) must give its draws bit for bit.
+    X = {"iris": load_iris, "wine": load_wine}[data]().data if data in ("iris", "wine") else _data(n=200, d=5)
+    if data == "missing":
+        X[np.random.default_rng(3).random(X.shape) < 0.02] = np.nan
+    base = {"method": "nuts", "num_warmup": 100, "num_chains": 3, "random_state": 5, "progress_bar": False}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)  # short runs
+        continued = estimator(2, num_samples=100, **base, **options).fit(X)
+        continued.sample_more(50)
+        continued.sample_more()  # the fit's num_samples again
+        once = estimator(2, num_samples=250, **base, **options).fit(X)
+    for a, b in zip(_posterior_arrays(continued), _posterior_arrays(once), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert continued.posterior_["posterior"].sizes["draw"] == 250
+    np.testing.assert_array_equal(continued.loadings_, once.loadings_)
+    np.testing.assert_array_equal(continued.noise_variance_, once.noise_variance_)
+    assert continued.log_likelihood_ == once.log_likelihood_
+    assert continued.n_iter_ == once.n_iter_ == 3 * 250
+    np.testing.assert_array_equal(continued.summary().to_numpy(), once.summary().to_numpy())
+
+
+def test_sample_more_after_pickling_and_on_a_rotated_factor_analysis():
+    import pickle
+
+    X = load_wine().data
+    model = FactorAnalysis(3, method="nuts", rotation="varimax", num_warmup=150, num_samples=100, num_chains=2,
+                           random_state=0, progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)
+        model.fit(X)
+        copy = pickle.loads(pickle.dumps(model))
+        model.sample_more(100)
+        copy.sample_more(100)
+    for a, b in zip(_posterior_arrays(model), _posterior_arrays(copy), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # The rotation follows the new posterior mean: varimax of it, as the fit would give.
+    from bayespca.rotations import rotate
+
+    np.testing.assert_allclose(model.loadings_, rotate(model.gaussian_.loadings, "varimax").loadings,
+                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(model.gaussian_.loadings, model.loadings_samples_.mean((0, 1)), rtol=1e-12)
+
+
+def test_sample_more_refuses_what_it_cannot_continue():
+    X = _data(n=100, d=4)
+    with pytest.raises(ValueError, match="method='nuts'.*got 'em'"):
+        PPCA(2, method="em").fit(X).sample_more(10)
+    model = PPCA(1, method="nuts", num_warmup=50, num_samples=50, num_chains=1, random_state=0,
+                 progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)
+        model.fit(X)
+    for bad in (0, 2.5, True, "10"):
+        with pytest.raises((ValueError, TypeError), match="num_samples"):
+            model.sample_more(bad)
+    model.set_params(method="closed_form").fit(X)  # a refit leaves no chains behind
+    with pytest.raises(ValueError, match="got 'closed_form'"):
+        model.sample_more(10)
+
+
+def test_sampling_warnings_offer_to_continue_the_chains():
+    X = _data(n=100, d=4)
+    with pytest.warns(SamplingWarning, match=r"call sample_more\(\) to continue the chains") as caught:
+        PPCA(1, method="nuts", num_warmup=100, num_samples=10, num_chains=2, random_state=0,
+             progress_bar=False).fit(X)
+    assert any("Effective sample size" in str(w.message) for w in caught)

@@ -265,8 +265,12 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         posterior attribute (``nuts_``, ``posterior_``, the samples, the
         posterior mean ``gaussian_`` and what follows from it) and the
         convergence check are brought up to date, as though the fit had drawn
-        them all. The remedy for the warnings "effective sample size ... <
-        400" and a small R-hat excess, at the cost of the new draws only.
+        them all: the same Markov chains, so a fit of ``num_samples=m`` continued
+        by ``n`` has the draws of a fit of ``m + n`` (bit for bit where
+        ``num_warmup + m`` is a multiple of 50, the sampler's chunk). The remedy
+        for the warnings of too few effective draws (100 a chain) or a small
+        R-hat excess, at the cost of the new draws only; chains in different
+        modes stay there.
 
         Parameters
         ----------

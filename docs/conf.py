@@ -44,7 +44,12 @@ templates_path = ["_templates"]
 autosummary_generate = True
 autosummary_imported_members = False
 autodoc_typehints = "none"
-autodoc_default_options = {"members": True, "inherited-members": False}
+# Methods a class inherits from bayespca's own bases are documented on its page (PPCA's transform,
+# summary, sample_more, ...); those of scikit-learn's bases and of tuples are not.
+_FOREIGN_BASES = ("BaseEstimator", "ClassNamePrefixFeaturesOutMixin", "ClusterMixin", "DensityMixin",
+                  "TransformerMixin", "_SetOutputMixin", "_MetadataRequester", "_HTMLDocumentationLinkMixin",
+                  "tuple", "object")
+autodoc_default_options = {"members": True, "inherited-members": ",".join(_FOREIGN_BASES)}
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 numpydoc_validation_checks: set[str] = set()

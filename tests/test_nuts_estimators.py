@@ -431,8 +431,8 @@ def test_sample_more_after_pickling_and_on_a_rotated_factor_analysis():
     import pickle
 
     X = load_wine().data
-    model = FactorAnalysis(3, method="nuts", rotation="varimax", num_warmup=150, num_samples=100, num_chains=2,
-                           random_state=0, progress_bar=False)
+    model = FactorAnalysis(3, method="nuts", rotation="varimax", num_warmup=150, num_samples=100,
+                           num_chains=2, random_state=0, progress_bar=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SamplingWarning)
         model.fit(X)

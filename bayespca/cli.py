@@ -308,8 +308,10 @@ def format_warning(message, *, options=True) -> str:
     >>> format_warning("n_components=3: 2 divergent transitions.\\n Increase target_accept_prob (e.g. 0.99)")
     'warning (k=3): 2 divergent transitions. Increase --target-accept (e.g. 0.99)'
     """
+    from bayespca.messages import MORE_DRAWS
+
     k = None
-    text = _one_line(message)
+    text = _one_line(message).removesuffix(MORE_DRAWS)  # no estimator to continue from the command line
     prefix = re.match(r"n_components=(\d+):\s*", text)
     if prefix:
         k, text = int(prefix.group(1)), text[prefix.end():]

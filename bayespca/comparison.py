@@ -51,7 +51,7 @@ from arviz_stats.loo.wrapper import SamplingWrapper
 from xarray import DataArray
 
 from bayespca.data import as_float_matrix
-from bayespca.messages import shown_above, warn
+from bayespca.messages import MORE_DRAWS, shown_above, warn
 from bayespca.params import as_generator, check_bool, check_choice, check_number
 from bayespca.psis import psis_loo
 
@@ -475,7 +475,8 @@ def _reraise(caught: list, k: int) -> None:
     """The warnings of the fit of one k, raised again with the k they are about."""
     for record in caught:
         if issubclass(record.category, UserWarning):
-            warn(f"n_components={k}: {record.message}", record.category)
+            # The fits are the comparison's: the user holds none to continue.
+            warn(f"n_components={k}: {str(record.message).removesuffix(MORE_DRAWS)}", record.category)
 
 
 # Features x largest k up to which compare_n_components pads every k to the largest. k = 1..6, 2 cores:

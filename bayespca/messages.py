@@ -13,7 +13,12 @@ from __future__ import annotations
 import os
 import warnings
 
-__all__ = ["interactive", "shown_above", "warn"]
+__all__ = ["MORE_DRAWS", "interactive", "shown_above", "warn"]
+
+# The end of a sampler's warning about R-hat or ESS where the estimator's chains can run on (PPCA,
+# FactorAnalysis: bayespca.posterior.diagnose); callers that hand the user no such estimator
+# (compare_n_components, the command line) take it off.
+MORE_DRAWS = " More draws without a new warm-up: sample_more()."
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 

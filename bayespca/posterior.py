@@ -26,7 +26,7 @@ from bayespca.gaussian import (
     sample,
 )
 from bayespca.inference.contract import Draws
-from bayespca.messages import warn
+from bayespca.messages import MORE_DRAWS, warn
 from bayespca.params import as_generator
 
 __all__ = [
@@ -361,9 +361,10 @@ def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_cha
     when given), which are meaningful whatever the identification. R-hat
     is ArviZ's rank-normalised split R-hat; a single chain is compared with
     itself by its two halves. ``continuable``: the estimator's chains can
-    run on (``sample_more``), which the messages then offer first.
+    run on (``sample_more``), which the messages about R-hat and ESS then
+    offer (``bayespca.messages.MORE_DRAWS``).
     """
-    more = "call sample_more() to continue the chains (no new warm-up), or " if continuable else ""
+    more = MORE_DRAWS if continuable else ""
     messages = []
     n_div = int(draws.sample_stats["diverging"].sum())
     if n_div:
@@ -380,17 +381,17 @@ def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_cha
             "check for too many components (try fewer or prior='ard')."
         )
     elif rhat > 1.01:
-        fixes = (f"{more}increase num_warmup and num_samples, run more chains, or check for several modes "
-                 "(e.g. too many components: try fewer or prior='ard').")
         messages.append(
             f"R-hat of {rhat_label} is {rhat:.3f} > 1.01: draws from different chains (or halves of "
-            f"one chain) disagree. {fixes[0].upper()}{fixes[1:]}"
+            "one chain) disagree. "
+            "Increase num_warmup and num_samples, run more chains, or check for several modes "
+            f"(e.g. too many components: try fewer or prior='ard').{more}"
         )
     if ess < min_ess_per_chain * chains:
         messages.append(
             f"Effective sample size of {ess_label} is {ess:.0f} < "
             f"{min_ess_per_chain * chains} ({min_ess_per_chain} per chain x {chains} chains): "
-            f"{more}increase num_samples."
+            f"increase num_samples.{more}"
         )
     for message in messages:
         warn(message, SamplingWarning)

@@ -466,9 +466,21 @@ def test_sample_more_refuses_what_it_cannot_continue():
         model.sample_more(10)
 
 
-def test_sampling_warnings_offer_to_continue_the_chains():
+def test_sampling_warnings_offer_to_continue_the_chains_where_the_user_can():
+    from bayespca import compare_n_components
+    from bayespca.cli import format_warning
+    from bayespca.messages import MORE_DRAWS
+
     X = _data(n=100, d=4)
-    with pytest.warns(SamplingWarning, match=r"call sample_more\(\) to continue the chains") as caught:
-        PPCA(1, method="nuts", num_warmup=100, num_samples=10, num_chains=2, random_state=0,
-             progress_bar=False).fit(X)
-    assert any("Effective sample size" in str(w.message) for w in caught)
+    short = {"num_warmup": 100, "num_samples": 10, "num_chains": 2, "random_state": 0, "progress_bar": False}
+    with pytest.warns(SamplingWarning) as caught:
+        PPCA(1, method="nuts", **short).fit(X)
+    messages = [str(w.message) for w in caught if w.category is SamplingWarning]
+    assert any(m.startswith("Effective sample size") and m.endswith(MORE_DRAWS) for m in messages)
+    # The command line and compare_n_components hand the user no estimator to continue.
+    assert not any("sample_more" in format_warning(m) for m in messages)
+    with pytest.warns(SamplingWarning) as caught:
+        compare_n_components(X, [1, 2], cv=2, **short)
+    messages = [str(w.message) for w in caught if w.category is SamplingWarning]
+    assert any(m.startswith("n_components=1: Effective sample size") for m in messages)
+    assert not any("sample_more" in m for m in messages)

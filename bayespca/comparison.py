@@ -206,7 +206,8 @@ def loo(model: Any, *, var_name: str | None = None, name: str = "model", max_ref
             "unreliable there. Fixes: more draws (num_samples) if k-hat is barely above; a larger "
             "max_refits (exact refits of those rows); exact K-fold cross-validation (the "
             "cv_log_likelihood column of compare_n_components). High k-hat on the marginal "
-            "likelihood usually marks outlying rows (see the pareto_k of this result).",
+            "likelihood usually marks outlying rows (see the pareto_k of this result)."
+            f"{MORE_DRAWS if hasattr(model, 'sample_more') else ''}",
             ParetoKWarning,
         )
     return result

@@ -26,6 +26,7 @@ from bayespca.comparison import (
     compare_n_components,
     loo,
 )
+from bayespca.messages import MORE_DRAWS
 from bayespca.posterior import to_datatree
 from bayespca.psis import relative_efficiency
 
@@ -290,6 +291,7 @@ def test_high_khat_warns_with_fixes():
         res = loo(tree)
     threshold = 1 - 1 / np.log10(200)  # 2 x 100 draws
     assert f"for {int(np.sum(np.asarray(res.pareto_k) > threshold))} of 31 rows" in str(record[0].message)
+    assert "sample_more" not in str(record[0].message)  # a DataTree has no chains to continue
 
 
 def test_khat_threshold_falls_with_the_number_of_draws():
@@ -316,7 +318,10 @@ def test_rows_psis_cannot_handle_are_scored_by_exact_refits():
     with _quiet(), warnings.catch_warnings():
         warnings.simplefilter("ignore", ParetoKWarning)
         model.fit(X)
+    with pytest.warns(ParetoKWarning) as record:
         first = loo(model, max_refits=0)  # the k-hat loo itself acts on
+    (message,) = [str(w.message) for w in record if w.category is ParetoKWarning]
+    assert message.endswith(MORE_DRAWS)  # the user's own fit: its chains can run on
     khat, threshold = np.asarray(first.pareto_k), min(1 - 1 / np.log10(first.n_samples), 0.7)
     bad = np.flatnonzero(khat > threshold)
     assert 7 in bad and bad.size <= 3

@@ -294,12 +294,11 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         """
         self._check_nuts("sample_more")
         num_samples = self.num_samples if num_samples is None else num_samples
-        check_number(num_samples, "num_samples", integer=True, low=1)
         progress = self.progress_bar if progress_bar is None else progress_bar
         progress = None if progress is None else check_bool(progress, "progress_bar")
-        from bayespca.inference.nuts import continue_chains
+        from bayespca.inference.nuts import continue_chains  # it checks num_samples, before any work
 
-        fit = continue_chains(self._chains, self.nuts_, int(num_samples), progress)
+        fit = continue_chains(self._chains, self.nuts_, num_samples, progress)
         self._store_fit(fit, self._chains.prepared)
         return self
 

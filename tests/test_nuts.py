@@ -1,6 +1,8 @@
 """NUTS posteriors: the model's potential, calibration against the truth and ML, compile reuse."""
 
 import functools
+import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -20,6 +22,7 @@ from sklearn import datasets
 from test_convergence import converged  # R-hat within its chance bound, defined once
 
 from bayespca import PPCA, FactorAnalysis
+from bayespca.cache import CACHE_ENV
 from bayespca.gaussian import LowRankGaussian
 from bayespca.inference.closed_form import check_rows_leave_noise
 from bayespca.inference.contract import Draws, ModelSpec
@@ -328,6 +331,40 @@ def test_new_data_of_the_same_shapes_reuse_the_compiled_sampler(backend_compiles
         second = _fit(3 * X + 5, 1, **options)
     assert compiles == []
     assert second.draws.noise.mean() / first.draws.noise.mean() == pytest.approx(9.0, rel=0.05)
+
+
+_FIRST_FIT = """
+import collections, json, warnings
+import jax.monitoring
+import numpy as np
+from bayespca import PPCA
+warnings.simplefilter("ignore")
+names = collections.Counter()
+def listen(event, secs, **kwargs):
+    if event == "/jax/core/compile/backend_compile_duration":
+        names[kwargs.get("fun_name")] += 1
+jax.monitoring.register_event_duration_secs_listener(listen)
+rng = np.random.default_rng(0)  # one strong component: no second run in another chart
+X = rng.normal(size=(150, 1)) @ [[2.0, 1.5, -1.0, 1.0]] + 0.5 * rng.normal(size=(150, 4))
+PPCA(1, method="nuts", num_warmup=50, num_samples=50, num_chains=2, random_state=0).fit(X)
+print(json.dumps(names))
+"""
+
+
+def test_a_first_fit_compiles_each_of_its_programs_once():
+    """The mode search's and the chains' programs, compiled on threads from their arguments'
+    shapes before the values exist, are the ones the fit then calls: nothing compiles twice.
+
+    A fresh process with the persistent cache off, so that every program is compiled there
+    (JAX's public monitoring events name each compilation).
+    """
+    env = {**os.environ, CACHE_ENV: "off"}
+    done = subprocess.run([sys.executable, "-c", _FIRST_FIT], env=env, capture_output=True, text=True,
+                          check=True, timeout=240)
+    names = json.loads(done.stdout.strip().splitlines()[-1])
+    for program in ("jit(_batch_values_and_gradients)", "jit(_advance)", "jit(_start)"):
+        assert names.get(program) == 1, names
+    assert max(names.values()) == 1, names
 
 
 def test_chains_on_threads_draw_what_they_draw_one_after_the_other():

@@ -543,10 +543,8 @@ class MixturePPCA(ClusterMixin, DensityMixin, BaseEstimator):
         self.converged_ = bool(fit.converged)
         self.method_ = method
         self.n_parameters_ = mixture_parameters(len(self.weights_), spec.n_components, prepared.d)
-        self.bic_ = -2.0 * self.log_likelihood_ + self.n_parameters_ * math.log(prepared.n)
-        resp = self.responsibilities_
-        entropy = -float(np.sum(resp * np.log(np.where(resp > 0, resp, 1.0))))
-        self.icl_ = self.bic_ + 2.0 * entropy
+        self.bic_ = _bic(self.log_likelihood_, self.n_parameters_, prepared.n)
+        self.icl_ = _icl(self.bic_, self.responsibilities_)
         self.nuts_ = fit.draws
         if fit.draws is not None:
             self._store_posterior(fit.draws, prepared)
@@ -587,18 +585,30 @@ class MixturePPCA(ClusterMixin, DensityMixin, BaseEstimator):
 
     def bic(self, X):
         """``-2 sum_i log p(x_i) + P log n`` on ``X`` (smaller is better)."""
-        X_arr = validate_transform(self, X, allow_nan=True)[0]
-        return -2.0 * float(np.sum(self.score_samples(X))) + self.n_parameters_ * math.log(X_arr.shape[0])
+        log_density = self.score_samples(X)
+        return _bic(float(np.sum(log_density)), self.n_parameters_, log_density.size)
 
     def icl(self, X):
         """BIC plus twice the entropy of the responsibilities on ``X`` (Biernacki et al. 2000)."""
-        resp = self.predict_proba(X)
-        return self.bic(X) - 2.0 * float(np.sum(resp * np.log(np.where(resp > 0, resp, 1.0))))
+        joint = self._joint(X)
+        log_density = logsumexp(joint, axis=1)
+        resp = np.exp(joint - log_density[:, None])
+        return _icl(_bic(float(np.sum(log_density)), self.n_parameters_, log_density.size), resp)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True
         return tags
+
+
+def _bic(log_likelihood: float, n_parameters: int, n: int) -> float:
+    return -2.0 * log_likelihood + n_parameters * math.log(n)
+
+
+def _icl(bic: float, responsibilities: np.ndarray) -> float:
+    """``bic`` plus twice the entropy of the ``responsibilities`` (n, K)."""
+    resp = responsibilities
+    return bic - 2.0 * float(np.sum(resp * np.log(np.where(resp > 0, resp, 1.0))))
 
 
 def compare_mixtures(

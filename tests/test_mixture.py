@@ -64,6 +64,14 @@ def test_full_rank_clusters_match_sklearn_gaussian_mixture_from_the_same_start()
                                 precisions_init=np.linalg.inv(model.covariances_)).fit(X)
     assert model.n_parameters_ == reference._n_parameters() == mixture_parameters(K, k, d)
     assert model.bic_ == pytest.approx(reference.bic(X), rel=1e-8)
+    # On other rows too (n enters the penalty), and ICL: BIC plus twice the entropy of
+    # scikit-learn's responsibilities.
+    new = X[::3]
+    assert model.bic(new) == pytest.approx(reference.bic(new), rel=1e-8)
+    resp = reference.predict_proba(new)
+    entropy = -np.sum(resp * np.log(np.clip(resp, 1e-300, None)))
+    assert model.icl(new) == pytest.approx(reference.bic(new) + 2 * entropy, rel=1e-8)
+    assert model.icl(X) == pytest.approx(model.icl_, rel=1e-10)
 
 
 def test_one_cluster_is_ppca():

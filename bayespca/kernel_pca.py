@@ -579,6 +579,7 @@ or callable, default="rbf"
         -------
         ndarray of shape (n_new, n_components_)
         """
+        check_is_fitted(self)  # before kernel_, a fitted attribute, is read
         X = validate_transform(self, X, accept_sparse=self._takes_sparse(self.kernel_)).X
         with np.errstate(over="ignore", invalid="ignore"):
             if hasattr(self, "feature_map_"):

@@ -261,6 +261,14 @@ def test_pre_image_is_kernel_ridge_regression():
     np.testing.assert_allclose(kpca.inverse_transform(Z), expected, atol=1e-10)
 
 
+@pytest.mark.parametrize("method", ["transform", "get_feature_names_out"])
+def test_calls_before_fit_are_not_fitted_errors(method):
+    # As scikit-learn's estimators: NotFittedError, not an AttributeError on a fitted attribute.
+    args = () if method == "get_feature_names_out" else (np.zeros((1, 2)),)
+    with pytest.raises(NotFittedError):
+        getattr(KernelPCA(2), method)(*args)
+
+
 def test_inverse_transform_errors():
     with pytest.raises(NotFittedError, match="fit_inverse_transform=False"):
         KernelPCA(2).fit(X).inverse_transform(np.zeros((1, 2)))

@@ -518,9 +518,9 @@ or callable, default="rbf"
     def _set_components(self, evals, evecs):
         """Store eigenpairs, dropping zero eigenvalues when asked; return the kept mask."""
         keep = np.ones(evals.shape[0], dtype=bool)
-        zero = int(np.sum(evals == 0))
         if self.remove_zero_eig or self.n_components is None:
             keep = evals > 0
+        zero = int(np.sum(evals[keep] == 0))  # kept ones only: those dropped go without a word
         if not keep.any():
             warn(
                 f"KernelPCA found no component with a non-zero eigenvalue: the centred "
@@ -531,7 +531,7 @@ or callable, default="rbf"
             )
         elif zero:
             warn(
-                f"The centred {self.kernel_.label} kernel matrix has {evals.size - zero} non-zero "
+                f"The centred {self.kernel_.label} kernel matrix has {int(np.sum(evals != 0))} non-zero "
                 f"eigenvalues, fewer than n_components = {self.n_components}: the last {zero} "
                 "components have eigenvalue 0 and project every point to 0 (use "
                 "remove_zero_eig=True to drop them).",

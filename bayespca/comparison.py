@@ -338,7 +338,7 @@ class ComparisonResult:
         ``gavish_donoho``, True at the Gavish-Donoho rank; and
         ``parallel_analysis``, True at the rank parallel analysis keeps
         (:func:`bayespca.selection.parallel_analysis`; False everywhere with
-        missing values).
+        missing values or a constant column).
 
         ``p`` is LOO's effective number of parameters, ``sum_i (lpd_i -
         elpd_i)``. On data the model describes it is near the model's count of
@@ -702,9 +702,9 @@ def _add_classical_criteria(table: pd.DataFrame, arr, model: str, estimator: typ
     table["cv_se"] = cv_se
     table["gavish_donoho"] = [k == gd_rank for k in ks]
     # Parallel analysis (Horn; psych::fa.parallel): of the correlation matrix for pPCA, its SMC-reduced
-    # form for FA; it needs the complete data.
+    # form for FA; it needs the complete data, without a constant column (no correlation).
     pa_rank = None
-    if not chunked and not np.isnan(arr).any():
+    if not chunked and not np.isnan(arr).any() and np.all(np.ptp(arr, axis=0) > 0):
         from bayespca.selection import parallel_analysis
 
         kind = "pca" if model == "ppca" else "fa"

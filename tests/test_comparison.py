@@ -29,6 +29,7 @@ from bayespca.comparison import (
 from bayespca.messages import MORE_DRAWS
 from bayespca.posterior import to_datatree
 from bayespca.psis import relative_efficiency
+from bayespca.selection import parallel_analysis
 
 NUTS = dict(num_warmup=200, num_samples=300, num_chains=2)
 # Refits for K-fold: one chain is enough for a held-out density.
@@ -268,6 +269,20 @@ def test_missing_values_use_observed_entries():
     np.testing.assert_allclose(
         np.asarray(fit.posterior_["log_likelihood"]["X"].values).reshape(-1, n), ll, rtol=1e-9
     )
+
+
+def test_a_constant_column_leaves_parallel_analysis_out_not_the_comparison():
+    # Parallel analysis works on correlations, which a constant column has none of; it used to
+    # raise after every k had been sampled.
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(80, 1)) @ [[2.0, 1.0, -1.5]] + rng.normal(size=(80, 3))
+    X = np.column_stack([X, np.ones(80)])
+    with _quiet():
+        res = compare_n_components(X, [1, 2], num_warmup=100, num_samples=100, num_chains=1, random_state=0)
+    assert not res.table["parallel_analysis"].any()
+    assert np.isfinite(res.table[["elpd", "bic", "cv_log_likelihood"]]).all().all()
+    with pytest.raises(ValueError, match=r"constant columns \[3\]"):
+        parallel_analysis(X)
 
 
 # ----------------------------------------------------------- Pareto k-hat

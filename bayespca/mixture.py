@@ -64,7 +64,14 @@ from bayespca.inference.closed_form import check_rows_leave_noise
 from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
 from bayespca.inference.weighted import weighted_ppca
 from bayespca.messages import warn
-from bayespca.params import as_generator, check_bool, check_choice, check_number, check_seed
+from bayespca.params import (
+    as_generator,
+    check_bool,
+    check_choice,
+    check_number,
+    check_sampler_options,
+    check_seed,
+)
 from bayespca.statistics import Prepared, prepare
 
 __all__ = ["MixturePPCA", "compare_mixtures", "fit_mixture_em", "fit_mixture_nuts", "mixture_parameters"]
@@ -496,6 +503,9 @@ class MixturePPCA(ClusterMixin, DensityMixin, BaseEstimator):
         check_choice(self.identification, "identification", IDENTIFICATIONS, allow_none=True)
         check_seed(self.random_state)
         progress = None if self.progress_bar is None else check_bool(self.progress_bar, "progress_bar")
+        check_sampler_options(  # with method='em' too, as scikit-learn checks every parameter at fit
+            self.num_warmup, self.num_samples, self.num_chains, self.chain_method, self.target_accept_prob
+        )
         from bayespca.inference.model_nuts import check_prior
 
         check_prior(self.prior, method, "MixturePPCA", "'nuts'")

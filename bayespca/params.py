@@ -18,7 +18,18 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["as_generator", "as_key", "check_bool", "check_choice", "check_number", "check_seed"]
+__all__ = [
+    "CHAIN_METHODS",
+    "GUIDES",
+    "as_generator",
+    "as_key",
+    "check_bool",
+    "check_choice",
+    "check_number",
+    "check_sampler_options",
+    "check_seed",
+    "check_svi_options",
+]
 
 _SEED_ACCEPTED = "None, an int >= 0, a numpy.random.Generator or a numpy.random.RandomState"
 # jax.random.key takes a seed in [0, 2^63): smaller ints are used as they are.
@@ -132,6 +143,47 @@ def check_bool(value: Any, name: str) -> bool:
     if not isinstance(value, bool | np.bool_):
         raise TypeError(f"{name} must be True or False; got {value!r}.")
     return bool(value)
+
+
+CHAIN_METHODS = ("parallel", "sequential", "vectorized")
+GUIDES = ("delta", "normal", "lowrank")  # SVI's variational families
+
+
+def check_sampler_options(
+    num_warmup: Any, num_samples: Any, num_chains: Any, chain_method: Any, target_accept_prob: Any,
+    dense_mass: Any = False,
+) -> None:
+    """Validate NUTS's run options, by the fitters and, whatever the method, by the estimators.
+
+    Examples
+    --------
+    >>> check_sampler_options(500, 500, 4, "parallel", 0.9)
+    >>> check_sampler_options(500, 500, 0, "parallel", 0.9)
+    Traceback (most recent call last):
+    ...
+    ValueError: num_chains must be an int >= 1; got 0.
+    """
+    for value, name in ((num_warmup, "num_warmup"), (num_samples, "num_samples"), (num_chains, "num_chains")):
+        check_number(value, name, integer=True, low=1)
+    check_choice(chain_method, "chain_method", CHAIN_METHODS)
+    check_number(target_accept_prob, "target_accept_prob", low=0, high=1, low_open=True, high_open=True)
+    check_bool(dense_mass, "dense_mass")
+
+
+def check_svi_options(guide: Any, batch_size: Any, n_samples: int) -> int | None:
+    """Validate SVI's guide and minibatch size (at most ``n_samples`` rows); the size, or None.
+
+    Examples
+    --------
+    >>> check_svi_options("normal", 100, 150)
+    100
+    >>> check_svi_options("mean_field", None, 150)
+    Traceback (most recent call last):
+    ...
+    ValueError: guide must be one of ['delta', 'normal', 'lowrank']; got 'mean_field'.
+    """
+    check_choice(guide, "guide", GUIDES)
+    return check_number(batch_size, "batch_size", integer=True, low=1, high=n_samples, allow_none=True)
 
 
 def check_seed(random_state: Any, name: str = "random_state") -> Any:

@@ -24,7 +24,16 @@ from bayespca.inference.closed_form import ppca_closed_form
 from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
 from bayespca.inference.em import fit_em
 from bayespca.messages import warn
-from bayespca.params import as_generator, as_key, check_bool, check_choice, check_number, check_seed
+from bayespca.params import (
+    as_generator,
+    as_key,
+    check_bool,
+    check_choice,
+    check_number,
+    check_sampler_options,
+    check_seed,
+    check_svi_options,
+)
 from bayespca.sparse_input import is_sparse, map_row_blocks
 from bayespca.statistics import Prepared, prepare
 
@@ -154,6 +163,11 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         learning_rate = check_number(
             self.learning_rate, "learning_rate", low=0, low_open=True, allow_none=True
         )
+        # The other methods' options too, as scikit-learn checks every parameter at fit.
+        batch_size = check_svi_options(self.guide, self.batch_size, prepared.n)
+        check_sampler_options(
+            self.num_warmup, self.num_samples, self.num_chains, self.chain_method, self._target_accept_prob()
+        )
         options = {}
         if method in ("closed_form", "em"):
             options["floor"] = floor
@@ -164,7 +178,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         if method == "svi":
             if learning_rate is not None:
                 options["learning_rate"] = learning_rate
-            options.update(guide=self.guide, batch_size=self.batch_size)
+            options.update(guide=self.guide, batch_size=batch_size)
         if method == "nuts":
             options.update(
                 num_warmup=self.num_warmup, num_samples=self.num_samples, num_chains=self.num_chains,

@@ -68,7 +68,7 @@ from bayespca.inference.closed_form import check_rows_leave_noise
 from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
 from bayespca.inference.weighted import weighted_ppca
 from bayespca.messages import warn
-from bayespca.params import check_bool, check_choice, check_number, check_seed
+from bayespca.params import check_bool, check_choice, check_number, check_sampler_options, check_seed
 from bayespca.statistics import Prepared, prepare
 
 __all__ = [
@@ -672,6 +672,11 @@ class RobustPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         check_prior(self.prior, method, "RobustPPCA", "'svi' or 'nuts'")
         tol = check_number(self.tol, "tol", low=0, allow_none=True)
         max_iter = check_number(self.max_iter, "max_iter", integer=True, low=1, allow_none=True)
+        # The other methods' options too, as scikit-learn checks every parameter at fit.
+        lr = check_number(self.learning_rate, "learning_rate", low=0, low_open=True, allow_none=True)
+        check_sampler_options(
+            self.num_warmup, self.num_samples, self.num_chains, self.chain_method, self.target_accept_prob
+        )
         options: dict = {"nu": nu}
         if method == "em":
             options["floor"] = check_number(self.noise_floor, "noise_floor", low=0, low_open=True)
@@ -680,7 +685,6 @@ class RobustPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             if max_iter is not None:
                 options["max_iter"] = max_iter
         elif method == "svi":
-            lr = check_number(self.learning_rate, "learning_rate", low=0, low_open=True, allow_none=True)
             if lr is not None:
                 options["learning_rate"] = lr
             if max_iter is not None:

@@ -1,5 +1,7 @@
 """The parameter checks and the one random_state rule (bayespca.params)."""
 
+import re
+
 import jax
 import numpy as np
 import pytest
@@ -69,3 +71,30 @@ def test_check_choice_and_bool():
         check_choice(["a"], "m", {"a"})
     with pytest.raises(TypeError, match="flag must be True or False; got 1"):
         check_bool(1, "flag")
+
+
+@pytest.mark.parametrize(
+    ("estimator", "option", "value", "error", "message"),
+    [
+        ("PPCA", "num_chains", 0, ValueError, "num_chains must be an int >= 1; got 0"),
+        ("PPCA", "chain_method", "bogus", ValueError, "chain_method must be one of"),
+        ("PPCA", "guide", "bogus", ValueError, "guide must be one of ['delta', 'normal', 'lowrank']"),
+        ("PPCA", "batch_size", "x", TypeError, "batch_size must be"),
+        ("FactorAnalysis", "num_samples", 0, ValueError, "num_samples must be an int >= 1"),
+        ("FactorAnalysis", "target_accept_prob", 1.5, ValueError, "target_accept_prob must be a finite"),
+        ("RobustPPCA", "learning_rate", -1, ValueError, "learning_rate must be"),
+        ("RobustPPCA", "target_accept_prob", 0, ValueError, "target_accept_prob must be"),
+        ("MixturePPCA", "chain_method", "bogus", ValueError, "chain_method must be one of"),
+        ("MixturePPCA", "num_warmup", 2.5, TypeError, "num_warmup must be an int"),
+    ],
+)
+def test_every_method_s_options_are_checked_whatever_the_method(estimator, option, value, error, message):
+    # scikit-learn checks every parameter at fit: a typo in a sampler's option is an error with the
+    # default (maximum-likelihood) method too, before any work.
+    import bayespca
+
+    X = np.random.default_rng(0).normal(size=(40, 4))
+    cls = getattr(bayespca, estimator)
+    args = (2, 1) if estimator == "MixturePPCA" else (1,)
+    with pytest.raises(error, match=re.escape(message)):
+        cls(*args, **{option: value}).fit(X)

@@ -125,7 +125,7 @@ from bayespca.models import (
     initial_values,
     marginal_log_likelihood,
 )
-from bayespca.params import as_key, check_bool, check_choice, check_number
+from bayespca.params import as_key, check_number, check_sampler_options
 from bayespca.posterior import converged, worst_convergence, worst_of
 from bayespca.statistics import (
     PATTERN_MULTIPLE,
@@ -136,7 +136,6 @@ from bayespca.statistics import (
 )
 
 __all__ = [
-    "CHAIN_METHODS",
     "Chains",
     "align_signs",
     "continue_chains",
@@ -149,7 +148,6 @@ __all__ = [
 # Samplers and optimisers compile once per configuration; keep the programs between processes.
 enable_compilation_cache()
 
-CHAIN_METHODS = ("parallel", "sequential", "vectorized")
 # Above this many sampled parameters the Hessian (p x p) is not formed.
 _MAX_LAPLACE_SIZE = 2000
 # A horseshoe loading is sampled centred when its start is this many standard errors from 0.
@@ -983,7 +981,7 @@ def sample_model(
     sample_stats : dict of ndarray (chain, draw)
         As :func:`sample_statistics` makes them.
     """
-    _check_options(num_warmup, num_samples, num_chains, chain_method, target_accept_prob, False)
+    check_sampler_options(num_warmup, num_samples, num_chains, chain_method, target_accept_prob)
     release_compiled_programs()
     options = tuple(sorted(options.items()))
     data = {"kwargs": kwargs}
@@ -1128,14 +1126,6 @@ def _ml_start(prepared: Prepared, spec: ModelSpec, units: np.ndarray | None) -> 
     return LowRankGaussian(np.asarray(g.loadings) / rows, np.asarray(g.noise) / s**2, np.asarray(g.mean) / s)
 
 
-def _check_options(num_warmup, num_samples, num_chains, chain_method, target_accept_prob, dense_mass):
-    for value, name in ((num_warmup, "num_warmup"), (num_samples, "num_samples"), (num_chains, "num_chains")):
-        check_number(value, name, integer=True, low=1)
-    check_choice(chain_method, "chain_method", CHAIN_METHODS)
-    check_number(target_accept_prob, "target_accept_prob", low=0, high=1, low_open=True, high_open=True)
-    check_bool(dense_mass, "dense_mass")
-
-
 def fit_nuts(
     prepared: Prepared,
     spec: ModelSpec,
@@ -1209,7 +1199,7 @@ def fit_nuts(
     >>> fit.draws.loadings.shape, bool(0.6 < fit.draws.noise.mean() < 1.4)
     ((1, 100, 3, 1), True)
     """
-    _check_options(num_warmup, num_samples, num_chains, chain_method, target_accept_prob, dense_mass)
+    check_sampler_options(num_warmup, num_samples, num_chains, chain_method, target_accept_prob, dense_mass)
     release_compiled_programs()
     key = as_key(random_state)
     n, d, k, noise = prepared.n, prepared.d, spec.n_components, spec.noise

@@ -70,7 +70,7 @@ from bayespca.inference.closed_form import check_rows_leave_noise
 from bayespca.inference.contract import Draws, Fit, ModelSpec
 from bayespca.linalg import centred_scatter
 from bayespca.models import MODELS, marginal_log_likelihood
-from bayespca.params import as_generator, as_key, check_choice, check_number
+from bayespca.params import GUIDES, as_generator, as_key, check_choice, check_number, check_svi_options
 from bayespca.statistics import (
     PATTERN_MULTIPLE,
     MissingPatterns,
@@ -85,11 +85,7 @@ __all__ = ["SVIResult", "fit_svi", "map_by_svi"]
 # Samplers and optimisers compile once per configuration; keep the programs between processes.
 enable_compilation_cache()
 
-_GUIDES = {
-    "delta": AutoDelta,
-    "normal": AutoNormal,
-    "lowrank": AutoLowRankMultivariateNormal,
-}
+_GUIDES = dict(zip(GUIDES, (AutoDelta, AutoNormal, AutoLowRankMultivariateNormal), strict=True))
 _NOISE_SITE = {"isotropic": "sigma", "diagonal": "psi"}
 # Final step size as a fraction of the first.
 _LR_DECAY = 1e-3
@@ -412,12 +408,11 @@ def fit_svi(
 
 def _checked_options(prepared, spec, guide, init, num_steps, learning_rate, tol, batch_size) -> tuple:
     """``(num_steps, learning_rate, tol, batch_size)`` checked (None for all rows); refuses a noiseless k."""
-    check_choice(guide, "guide", _GUIDES)
+    batch_size = check_svi_options(guide, batch_size, prepared.n)
     check_choice(init, "init", ("svd", "random"))
     num_steps = check_number(num_steps, "num_steps", integer=True, low=1)
     learning_rate = check_number(learning_rate, "learning_rate", low=0, low_open=True)
     tol = check_number(tol, "tol", low=0, low_open=True)
-    batch_size = check_number(batch_size, "batch_size", integer=True, low=1, high=prepared.n, allow_none=True)
     if spec.noise == "isotropic":  # a d x d eigenproblem, before any compiling
         check_rows_leave_noise(prepared, spec.n_components)
     return num_steps, learning_rate, tol, None if batch_size == prepared.n else batch_size

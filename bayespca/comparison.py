@@ -92,19 +92,19 @@ def _datatree(model: Any, name: str):
 
     if isinstance(model, DataTree):
         if "log_likelihood" not in model.children:
-            raise ValueError(f"models[{name!r}] is a DataTree without a log_likelihood group.")
+            raise ValueError(f"{name} is a DataTree without a log_likelihood group.")
         return model
     if not hasattr(model, "gaussian_"):
         raise TypeError(
-            f"models[{name!r}] must be a fitted PPCA or FactorAnalysis (method='nuts'), an ArviZ "
+            f"{name} must be a fitted PPCA or FactorAnalysis (method='nuts'), an ArviZ "
             f"DataTree with a log_likelihood group, or an ELPDData; got {type(model).__name__}."
         )
     if getattr(model, "method_", None) == "svi":
-        raise ValueError(_SVI_REFUSAL.format(what=f"models[{name!r}] was fitted with method='svi'"))
+        raise ValueError(_SVI_REFUSAL.format(what=f"{name} was fitted with method='svi'"))
     if getattr(model, "nuts_", None) is None:
         raise ValueError(
-            f"models[{name!r}] has no posterior (method_={model.method_!r}); fit it with "
-            "method='nuts' to compare models by PSIS-LOO."
+            f"{name} has no posterior (method_={model.method_!r}); fit it with "
+            "method='nuts' for PSIS-LOO."
         )
     tree = model.posterior_
     if "log_likelihood" not in tree.children:
@@ -307,7 +307,7 @@ def compare(models: Mapping, *, method: str = "stacking") -> pd.DataFrame:
     method = _check_weight_method(method)
     elpds = {}
     for name, model in models.items():
-        elpds[name] = model if isinstance(model, ELPDData) else loo(model, name=str(name))
+        elpds[name] = model if isinstance(model, ELPDData) else loo(model, name=f"models[{name!r}]")
         if elpds[name].elpd_i is None:
             raise ValueError(f"models[{name!r}] is an ELPDData without pointwise values; use pointwise=True.")
     sizes = {name: int(e.n_data_points) for name, e in elpds.items()}

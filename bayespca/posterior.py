@@ -352,8 +352,15 @@ def converged(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_ch
     return rhat <= 1.01 and ess >= min_ess_per_chain * draws.loadings.shape[0]
 
 
+def _higher_targets(target: float | None) -> str:
+    """Examples of a higher ``target_accept_prob`` than ``target`` (None: the usual ones)."""
+    if target is None or target < 0.95:
+        return "e.g. 0.95 or 0.99" + ("" if target is None else f"; it is {target:g}")
+    return f"it is {target:g}; e.g. {'0.99' if target < 0.99 else '0.995 or 0.999'}"
+
+
 def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_chain: int = 100,
-             continuable: bool = False) -> list:
+             continuable: bool = False, target_accept_prob: float | None = None) -> list:
     """Warn (:class:`SamplingWarning`) about divergences, R-hat > 1.01 or low ESS; return the messages.
 
     R-hat and bulk/tail ESS are checked on the rotation-invariant quantities
@@ -362,7 +369,8 @@ def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_cha
     is ArviZ's rank-normalised split R-hat; a single chain is compared with
     itself by its two halves. ``continuable``: the estimator's chains can
     run on (``sample_more``), which the messages about R-hat and ESS then
-    offer (``bayespca.messages.MORE_DRAWS``).
+    offer (``bayespca.messages.MORE_DRAWS``). ``target_accept_prob``: the
+    sampler's, from which the advice on divergences goes up (None: not known).
     """
     more = MORE_DRAWS if continuable else ""
     messages = []
@@ -370,22 +378,24 @@ def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_cha
     if n_div:
         messages.append(
             f"{n_div} divergent transitions after warm-up: the posterior has regions the step "
-            "size cannot resolve. Increase target_accept_prob (e.g. 0.95 or 0.99), or use "
-            "stronger priors (prior=...)."
+            f"size cannot resolve. Increase target_accept_prob ({_higher_targets(target_accept_prob)}), "
+            "or use stronger priors (prior=...)."
         )
     chains = draws.loadings.shape[0]
     (rhat_label, rhat), (ess_label, ess) = worst_convergence(draws, log_lik)
+    # ARD (its precisions "alpha" among the draws) already prunes superfluous components.
+    fewer = "try fewer" if "alpha" in draws.extra else "try fewer or prior='ard'"
     if not np.isfinite(rhat):
         messages.append(
             f"R-hat of {rhat_label} is not finite: a chain did not move. Increase num_warmup, or "
-            "check for too many components (try fewer or prior='ard')."
+            f"check for too many components ({fewer})."
         )
     elif rhat > 1.01:
         messages.append(
             f"R-hat of {rhat_label} is {rhat:.3f} > 1.01: draws from different chains (or halves of "
             "one chain) disagree. "
             "Increase num_warmup and num_samples, run more chains, or check for several modes "
-            f"(e.g. too many components: try fewer or prior='ard').{more}"
+            f"(e.g. too many components: {fewer}).{more}"
         )
     if ess < min_ess_per_chain * chains:
         messages.append(

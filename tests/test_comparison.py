@@ -377,8 +377,10 @@ def test_svi_fits_are_refused_with_the_fix(three):
 
 def test_bad_arguments(three, result):
     ml = PPCA(2).fit(three)
-    with pytest.raises(ValueError, match="method='nuts'"):
+    with pytest.raises(ValueError, match=r"^model has no posterior \(method_='closed_form'\); fit it"):
         loo(ml)
+    with pytest.raises(ValueError, match=r"^models\['ml'\] has no posterior"):
+        compare({"ml": ml, "k=3": result.models[3]})
     with pytest.raises(ValueError, match="at least two"):
         compare({"k=3": result.models[3]})
     with pytest.raises(TypeError, match="models\\['x'\\]"):

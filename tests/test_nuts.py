@@ -1,5 +1,6 @@
 """NUTS posteriors: the model's potential, calibration against the truth and ML, compile reuse."""
 
+import dataclasses
 import functools
 import json
 import os
@@ -444,6 +445,15 @@ def test_diagnostics_warn_and_name_the_fix():
     assert "1 divergent" in messages[0] and "target_accept_prob" in messages[0]
     assert "R-hat of " in messages[1] and "num_warmup" in messages[1]
     assert "increase num_samples" in messages[2]
+    # The advice follows the fit: a target already high asks for a higher one, and under ARD
+    # (its precisions among the draws) prior='ard' is not offered again.
+    ard = dataclasses.replace(draws, extra={"alpha": np.ones((chains, n_draws, 1))})
+    with pytest.warns(SamplingWarning):
+        messages = diagnose(ard, target_accept_prob=0.99)
+    assert "(it is 0.99; e.g. 0.995 or 0.999)" in messages[0]
+    assert "try fewer)" in messages[1] and "prior='ard'" not in messages[1]
+    with pytest.warns(SamplingWarning):
+        assert "(it is 0.95; e.g. 0.99)" in diagnose(draws, target_accept_prob=0.95)[0]
 
 
 def test_energy_and_step_size_recorded_for_bfmi(ppca_fit):

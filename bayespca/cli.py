@@ -71,6 +71,8 @@ _OPTION_NAMES = {
     r"\bnum_chains\b": "--chains",
     r"\bprior='(\w+)'": r"--prior \1",
     r"\bprior=\.\.\.": "--prior ...",
+    r"\bmethod='(\w+)'": r"--method \1",
+    r"\bn_components\b": "--n-components",
 }
 
 
@@ -157,7 +159,21 @@ def read_csv(path):
             df[column] = values
     df = df.astype(float)
     df.attrs["delimiter"] = delimiter
+    if all(_is_number(name) for name in df.columns):
+        warnings.warn(
+            f"every header cell of {str(path)!r} is a number ({', '.join(map(str, df.columns[:3]))}, ...): "
+            "they are read as feature names, not as a row of data; if the file has no header row, add one",
+            UserWarning, stacklevel=2,
+        )
     return df
+
+
+def _is_number(text) -> bool:
+    try:
+        float(str(text).replace(",", "."))
+    except ValueError:
+        return False
+    return True
 
 
 OUT_OF_CORE = (".parquet", ".zarr")
@@ -315,9 +331,14 @@ def format_warning(message, *, options=True) -> str:
     prefix = re.match(r"n_components=(\d+):\s*", text)
     if prefix:
         k, text = int(prefix.group(1)), text[prefix.end():]
-    for pattern, option in _OPTION_NAMES.items() if options else ():
+    return f"warning{'' if k is None else f' (k={k})'}: {_option_names(text) if options else text}"
+
+
+def _option_names(text: str) -> str:
+    """``text``, a message of the Python API, with the parameters that are options here named as such."""
+    for pattern, option in _OPTION_NAMES.items():
         text = re.sub(pattern, option, text)
-    return f"warning{'' if k is None else f' (k={k})'}: {text}"
+    return text
 
 
 @contextlib.contextmanager
@@ -448,13 +469,13 @@ _WHERE = {
 
 def _fit(args) -> int:
     out = check_output(args.out, "--out", (".nc",))
-    df = read_data(args.data)
-    model = _estimator(args, args.n_components)
     with _collected_warnings() as caught:
+        df = read_data(args.data)
+        model = _estimator(args, args.n_components)
         try:
             model.fit(df)
         except (ValueError, TypeError) as err:
-            raise CLIError(str(err)) from None
+            raise CLIError(_option_names(str(err))) from None
     import pandas as pd
 
     names = [str(c) for c in df.columns]
@@ -542,7 +563,8 @@ def _candidates(args, n: int, d: int) -> list[int]:
 def _compare(args) -> int:
     out = check_output(args.out, "--out", (".csv",))
     plot = check_output(args.plot, "--plot", _PLOT_SUFFIXES)
-    df = read_csv(args.data)
+    with _collected_warnings() as read:
+        df = read_csv(args.data)
     n, d = df.shape
     for size, what in ((n, "row"), (d, "column")):
         if size < 2:
@@ -570,13 +592,13 @@ def _compare(args) -> int:
                 progress_bar=args.progress, **fit_kwargs,
             )
         except (ValueError, TypeError) as err:
-            raise CLIError(str(err)) from None
+            raise CLIError(_option_names(str(err))) from None
     import pandas as pd
 
     with pd.option_context("display.width", 160, "display.max_columns", 30):
         print(result.table.to_string())
     print(f"recommended n_components = {result.n_components} ({result.rule})")
-    _print_warnings([format_warning(message) for _, message in caught])
+    _print_warnings([format_warning(message) for _, message in read + caught])
     if out is not None:
         with atomic_output(out) as tmp:
             result.table.to_csv(tmp)
@@ -603,14 +625,22 @@ def _demo(args) -> int:
 
 
 # ------------------------------------------------------------------ parser
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an int >= 1; got {text!r}")
-    return value
+def _int_at_least(low: int):
+    """An argparse type: an int >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an int >= {low}; got {text!r}")
+        return value
+
+    return parse
+
+
+_positive_int = _int_at_least(1)
 
 
 def _seed(text: str) -> int:
@@ -705,7 +735,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "clipped to what the data allow: pPCA k <= features, factor analysis the "
                          "Ledermann bound)")
     compare.add_argument("--model", choices=sorted(_MODELS), default="ppca", help="default ppca")
-    compare.add_argument("--cv", type=_positive_int, default=None,
+    compare.add_argument("--cv", type=_int_at_least(2), default=None,
                          help="cross-validation folds (default 5, or one a row where there are fewer rows)")
     compare.add_argument("--out", default=None, help="write the comparison table (a .csv file)")
     compare.add_argument("--plot", default=None,

@@ -333,10 +333,11 @@ def test_failed_write_leaves_no_file_and_one_line(csv, tmp_path, capsys, monkeyp
     ("--seed", "1.5", "expected an int >= 0"),
     ("--target-accept", "1.2", "expected a probability in (0, 1)"),
     ("--prior", "wide", "invalid choice: 'wide'"),
+    ("--cv", "1", "expected an int >= 2"),  # one fold leaves nothing to hold out
 ])
 def test_bad_option_one_line_exit_2(option, value, message, csv, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", str(csv), option, value])
+        main(["compare" if option == "--cv" else "fit", str(csv), option, value])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and f"argument {option}" in err, err
@@ -508,6 +509,31 @@ def test_fit_fa_above_ledermann_warns_in_one_line(csv, capsys):
     assert main(["fit", str(csv), "--model", "fa", "--method", "em", "--n-components", "3"]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "Ledermann" in line]
     assert len(lines) == 1 and "k <= 2" in lines[0] and lines[0].startswith("bayespca: warning")
+    assert "Use --n-components <= 2." in lines[0]  # the option of this command, not the API's name
+
+
+def test_errors_name_the_command_s_options(frame, tmp_path, capsys):
+    path = tmp_path / "holes.csv"
+    holes = frame.copy()
+    holes.iloc[0, 1] = np.nan
+    holes.to_csv(path, index=False)
+    assert main(["fit", str(path), "--method", "closed_form"]) == 2
+    err = capsys.readouterr().err
+    assert "use --method em or 'svi'" in err and "method=" not in err, err
+
+
+def test_a_header_of_numbers_is_read_as_names_with_a_warning(frame, tmp_path, capsys):
+    # A file without a header: its first row becomes the feature names, which the user is told.
+    path = tmp_path / "no_header.csv"
+    frame.to_csv(path, index=False, header=False)
+    assert main(["fit", str(path), "--method", "closed_form", "--n-components", "1"]) == 0
+    captured = capsys.readouterr()
+    assert f"on {len(frame) - 1} rows x 5 features" in captured.out
+    lines = [line for line in captured.err.splitlines() if "header" in line]
+    assert len(lines) == 1 and "every header cell of" in lines[0] and "add one" in lines[0], captured.err
+    frame.to_csv(path, index=False)  # named columns: nothing to say
+    assert main(["fit", str(path), "--method", "closed_form", "--n-components", "1"]) == 0
+    assert "header" not in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------- input

@@ -165,9 +165,9 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         )
         # The other methods' options too, as scikit-learn checks every parameter at fit.
         batch_size = check_svi_options(self.guide, self.batch_size, prepared.n)
-        check_sampler_options(
-            self.num_warmup, self.num_samples, self.num_chains, self.chain_method, self._target_accept_prob()
-        )
+        # target_accept_prob None is the prior's default, valid (whose lookup would import JAX here)
+        target = 0.9 if self.target_accept_prob is None else self.target_accept_prob
+        check_sampler_options(self.num_warmup, self.num_samples, self.num_chains, self.chain_method, target)
         options = {}
         if method in ("closed_form", "em"):
             options["floor"] = floor

@@ -563,6 +563,9 @@ def _candidates(args, n: int, d: int) -> list[int]:
 def _compare(args) -> int:
     out = check_output(args.out, "--out", (".csv",))
     plot = check_output(args.plot, "--plot", _PLOT_SUFFIXES)
+    if Path(args.data).suffix.lower() in OUT_OF_CORE:
+        raise CLIError(f"compare reads CSV files; {str(args.data)!r} is for `bayespca fit` (out of core), "
+                       "or for compare_n_components in Python on a Dask array")
     with _collected_warnings() as read:
         df = read_csv(args.data)
     n, d = df.shape

@@ -522,6 +522,13 @@ def test_errors_name_the_command_s_options(frame, tmp_path, capsys):
     assert "use --method em or 'svi'" in err and "method=" not in err, err
 
 
+@pytest.mark.parametrize("suffix", [".parquet", ".zarr"])
+def test_compare_says_it_reads_csv_only(suffix, tmp_path, capsys):
+    assert main(["compare", str(tmp_path / f"survey{suffix}")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "compare reads CSV files" in err and "bayespca fit" in err, err
+
+
 def test_a_header_of_numbers_is_read_as_names_with_a_warning(frame, tmp_path, capsys):
     # A file without a header: its first row becomes the feature names, which the user is told.
     path = tmp_path / "no_header.csv"

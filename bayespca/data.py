@@ -303,6 +303,13 @@ def validate_fit(
                 f"X has features with no observed value (column indices {empty[:10].tolist()}); "
                 "drop them: nothing can be estimated for a feature that is never observed."
             )
+        blank = np.flatnonzero(missing.all(axis=1))
+        if blank.size:
+            warn(
+                f"X has {blank.size} row{'s' * (blank.size != 1)} with no observed value (indices "
+                f"{blank[:10].tolist()}): such a row adds nothing to the fit (its log-likelihood is 0, "
+                "under every posterior draw too, which arviz.loo cannot score); drop it."
+            )
     estimator.n_features_in_ = d
     if names is not None:
         estimator.feature_names_in_ = names

@@ -10,8 +10,9 @@ import scipy.sparse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from sklearn.datasets import load_iris
 
-from bayespca import PCA
+from bayespca import PCA, PPCA
 from bayespca.data import validate_fit, validate_transform
 
 
@@ -172,3 +173,16 @@ def test_pca_gives_a_correct_result_or_a_documented_error(X):
         assert "singular" in str(exc)
     else:
         assert np.all(np.isfinite(scores))
+
+
+def test_a_row_with_no_observed_value_is_fitted_as_absent_with_a_warning():
+    # Missing at random: a row observed nowhere adds 0 to the log-likelihood, so the fit is that
+    # of the other rows (EM to its tolerance), and the user is told to drop it.
+    X = load_iris().data.copy()
+    X[::7, 2] = np.nan
+    blank = np.vstack([X, np.full((1, 4), np.nan)])
+    with pytest.warns(UserWarning, match=r"1 row with no observed value \(indices \[150\]\).*drop it"):
+        with_blank = PPCA(2, method="em", tol=1e-12, max_iter=10000).fit(blank)
+    without = PPCA(2, method="em", tol=1e-12, max_iter=10000).fit(X)
+    assert with_blank.log_likelihood_ == pytest.approx(without.log_likelihood_, rel=1e-9)
+    np.testing.assert_allclose(with_blank.get_covariance(), without.get_covariance(), rtol=1e-5, atol=1e-8)

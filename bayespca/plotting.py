@@ -884,9 +884,11 @@ def plot_trace(model, var_names=None, **kwargs):
     ``W``: the noise (``sigma2`` or ``psi``), the ``eigenvalues`` of ``W W^T``
     and ``log_lik``. This is ``arviz_plots.plot_trace_dist`` on
     ``model.posterior_`` with the matplotlib backend; ``kwargs`` go to it.
-    With matplotlib, each density panel is labelled with its variable, and a
-    key above the panels gives the line style of each chain and the colour of
-    each coordinate (e.g. ``eigenvalues[0]``) of variables with at most 15.
+    With matplotlib, each density panel is labelled with its variable, a key
+    above the panels gives the line style of each chain, and one right of the
+    trace of each variable with 2 to 15 coordinates (e.g. ``eigenvalues``, or
+    ``W`` of 4 features and 2 components) the colour of each; the figure is
+    widened to hold them.
 
     Returns
     -------
@@ -911,36 +913,56 @@ def plot_trace(model, var_names=None, **kwargs):
 
 
 def _label_trace(collection, var_names) -> None:
-    """Name each density panel; a key of chains (line styles) and coordinates (colours) above the panels."""
+    """Name each density panel; a key of the chains' line styles above the panels, and right of each
+    variable's trace the colours of its coordinates (e.g. ``eigenvalues[0]``), the figure widened for it."""
     from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator
 
     plots, aes = collection.viz["plot"], collection.aes
+    figure = collection.viz["figure"].item()
+    keys = []
     for name in var_names:
         dist = plots[name].sel(column="dist").item()
         dist.set_xlabel(_VARIABLE_NAMES.get(name, name))
         dist.xaxis.set_major_locator(MaxNLocator(6))  # log-likelihood ticks ran into each other
-    handles = []
+        colours = aes["color"][name] if "color" in aes.children and name in aes["color"] else None
+        if colours is not None and colours.ndim >= 1 and 1 < colours.size <= _MAX_KEYED:
+            # One key per variable: the colours repeat from one variable to the next.
+            flat = colours.stack(entry=colours.dims)
+            handles = [Line2D([], [], color=colour, label=", ".join(map(str, np.atleast_1d(entry))))
+                       for entry, colour in zip(flat["entry"].values, flat.values, strict=True)]
+            trace = plots[name].sel(column="trace").item()
+            title = f"{name}[{', '.join(colours.dims)}]"
+            keys.append(trace.legend(handles=handles, title=title, loc="center left",
+                                     bbox_to_anchor=(1.02, 0.5), ncols=-(-len(handles) // 8),
+                                     fontsize="x-small", title_fontsize="small", frameon=False))
+    chains = []
     if "linestyle" in aes.children:
         styles = aes["linestyle"]["mapping"]
-        handles += [Line2D([], [], color="0.3", linestyle=style, label=f"chain {int(chain)}")
-                    for chain, style in zip(styles["chain"].values, styles.values, strict=True)]
-    for name in var_names:
-        colours = aes["color"][name] if "color" in aes.children and name in aes["color"] else None
-        if colours is not None and colours.ndim == 1 and colours.size <= _MAX_KEYED:
-            dim = colours.dims[0]
-            handles += [Line2D([], [], color=colour, label=f"{name}[{coord}]")
-                        for coord, colour in zip(colours[dim].values, colours.values, strict=True)]
-    if not handles:
-        return
-    figure = collection.viz["figure"].item()
-    columns = min(len(handles), 8)
-    rows = -(-len(handles) // columns)
-    # Room above the top panels for the key (about 0.22 inch per row of small text, plus a margin) and
-    # between the rows for the axis labels.
-    figure.subplots_adjust(top=1.0 - (0.3 + 0.22 * rows) / figure.get_figheight(), hspace=0.6, wspace=0.25)
-    figure.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1.0), ncols=columns,
-                  fontsize="small", frameon=False)
+        chains = [Line2D([], [], color="0.3", linestyle=style, label=f"chain {int(chain)}")
+                  for chain, style in zip(styles["chain"].values, styles.values, strict=True)]
+    height = figure.get_figheight()
+    # Room above the panels for the chains' key, below them for the last axis labels (inches).
+    figure.subplots_adjust(top=1.0 - (0.55 if chains else 0.25) / height, bottom=0.6 / height,
+                           hspace=0.6, wspace=0.25)
+    if chains:
+        figure.legend(handles=chains, loc="upper center", bbox_to_anchor=(0.5, 1.0), ncols=len(chains),
+                      fontsize="small", frameon=False)
+    if keys:
+        _widen_for(figure, keys)
+
+
+def _widen_for(figure, legends) -> None:
+    """Widen ``figure`` so that ``legends``, right of its panels, fit inside it; panels keep their size."""
+    renderer = figure.canvas.get_renderer()
+    right = max(legend.get_window_extent(renderer).x1 for legend in legends) / figure.dpi
+    width = figure.get_figwidth()
+    extra = right + 0.1 - width
+    if extra > 0:
+        panels = figure.subplotpars.right * width
+        figure.set_figwidth(width + extra)
+        figure.subplots_adjust(left=figure.subplotpars.left * width / (width + extra),
+                               right=panels / (width + extra))
 
 
 # --------------------------------------------------------- parallel analysis

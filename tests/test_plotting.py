@@ -639,11 +639,28 @@ def test_trace_density_panels_are_named_and_keyed(ppca_nuts):
     assert plots["sigma2"].sel(column="dist").item().get_xlabel() == "noise variance sigma^2"
     assert plots["eigenvalues"].sel(column="dist").item().get_xlabel() == "eigenvalues of W W^T"
     fig = pc.viz["figure"].item()
-    (key,) = fig.legends
-    keyed = ["chain 0", "chain 1", "eigenvalues[0]", "eigenvalues[1]"]
-    assert [t.get_text() for t in key.get_texts()] == keyed
+    (chains,) = fig.legends
+    assert [t.get_text() for t in chains.get_texts()] == ["chain 0", "chain 1"]
+    key = plots["eigenvalues"].sel(column="trace").item().get_legend()
+    assert key.get_title().get_text() == "eigenvalues[component]"
+    assert [t.get_text() for t in key.get_texts()] == ["0", "1"]
     # The colour keyed for eigenvalues[1] is the colour of its lines.
-    colour = key.get_lines()[3].get_color()
+    colour = key.get_lines()[1].get_color()
     assert pc.viz["trace"]["eigenvalues"].values[0, 1].get_color() == colour
     assert not _overlaps(_texts(fig))
     assert _saved_aspect(fig) <= 2.0
+
+
+def test_trace_keys_fit_inside_the_figure(fa_nuts):
+    # One key per variable, right of its trace (their colours repeat across variables), and the
+    # figure widened to hold them: a single key above the panels ran off both sides of it.
+    pc = plot_trace(fa_nuts)
+    fig = pc.viz["figure"].item()
+    fig.canvas.draw()
+    inside = fig.bbox
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)]
+    assert len(legends) == 3  # chains, psi, eigenvalues
+    for legend in legends:
+        box = legend.get_window_extent()
+        assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and box.y1 <= inside.y1
+    assert not _overlaps(_texts(fig))

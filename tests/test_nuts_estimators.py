@@ -484,3 +484,16 @@ def test_sampling_warnings_offer_to_continue_the_chains_where_the_user_can():
     messages = [str(w.message) for w in caught if w.category is SamplingWarning]
     assert any(m.startswith("n_components=1: Effective sample size") for m in messages)
     assert not any("sample_more" in m for m in messages)
+
+
+def test_the_ml_start_s_own_warnings_stay_out_of_a_nuts_fit():
+    # At k = d the ML noise variance is 0, held at its floor, and the closed form says so; the
+    # posterior's sigma^2 is not 0 (iris: about 0.013), so a NUTS fit does not repeat that warning.
+    X = load_iris().data
+    with pytest.warns(UserWarning, match="The ML noise variance is 0"):
+        PPCA(4).fit(X)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = PPCA(4, method="nuts", num_warmup=150, num_samples=150, num_chains=1, random_state=0).fit(X)
+    assert not [w for w in caught if "ML noise variance" in str(w.message)]
+    assert 0.005 < model.noise_variance_ < 0.05

@@ -100,6 +100,7 @@ import concurrent.futures
 import functools
 import os
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -1114,12 +1115,15 @@ def _ml_start(prepared: Prepared, spec: ModelSpec, units: np.ndarray | None) -> 
     ml_spec = ModelSpec(spec.noise, spec.n_components)
     if spec.noise == "isotropic":
         closed_form.check_rows_leave_noise(prepared, spec.n_components)
-    if spec.noise == "isotropic" and prepared.missing is None:
-        fit = closed_form.ppca_closed_form(prepared, ml_spec)
-    else:
-        from bayespca.inference.em import fit_em
+    from bayespca.inference.em import fit_em
 
-        fit = fit_em(prepared, ml_spec)
+    complete = spec.noise == "isotropic" and prepared.missing is None
+    fitter = closed_form.ppca_closed_form if complete else fit_em
+    # What the ML fit says of itself (sigma^2 = 0 held at its floor at k = d, EM stopped early) is not
+    # the posterior's to report; the sampler's diagnostics are.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        fit = fitter(prepared, ml_spec)
     s = np.asarray(prepared.scale if units is None else prepared.scale * units)
     rows = s[:, None] if s.ndim else s
     g = fit.gaussian

@@ -492,8 +492,8 @@ class MixturePPCA(ClusterMixin, DensityMixin, BaseEstimator):
         n, d = prepared.n, prepared.d
         if d < 2:
             raise ValueError(f"MixturePPCA needs at least 2 features; got n_features={d}.")
-        K = check_number(self.n_mixtures, "n_mixtures", integer=True, low=1, high=n)
-        k = check_number(self.n_components, "n_components", integer=True, low=1, high=d - 1)
+        K = check_number(self.n_mixtures, "MixturePPCA: n_mixtures", integer=True, low=1, high=n)
+        k = check_number(self.n_components, "MixturePPCA: n_components", integer=True, low=1, high=d - 1)
         em = {
             "n_init": check_number(self.n_init, "n_init", integer=True, low=1),
             "tol": check_number(self.tol, "tol", low=0),

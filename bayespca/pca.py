@@ -220,7 +220,8 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                 raise ValueError(f"n_components must be {accepted}; got {k}.")
             return None
         if isinstance(k, str):
-            check_choice(k, "n_components", METHODS)
+            if k not in METHODS:  # the whole rule, not only the strings
+                raise ValueError(f"n_components must be {accepted}; got {k!r}.")
             return None
         raise TypeError(f"n_components must be {accepted}; got {type(k).__name__} {k!r}.")
 

@@ -658,10 +658,10 @@ class RobustPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         n, d = prepared.n, prepared.d
         if d < 2:
             raise ValueError(f"RobustPPCA needs at least 2 features; got n_features={d}.")
-        k = self.n_components
+        k = check_number(self.n_components, "RobustPPCA: n_components", integer=True, low=1, high=d - 1,
+                         allow_none=True)
         if k is None:
             k = max(1, min(n - 1, d) - 1)
-        k = check_number(k, "n_components", integer=True, low=1, high=d - 1)
         nu = check_number(self.nu, "nu", low=0, low_open=True, allow_none=True) if not _is_infinite(
             self.nu) else math.inf
         check_choice(self.identification, "identification", IDENTIFICATIONS, allow_none=True)

@@ -98,3 +98,18 @@ def test_every_method_s_options_are_checked_whatever_the_method(estimator, optio
     args = (2, 1) if estimator == "MixturePPCA" else (1,)
     with pytest.raises(error, match=re.escape(message)):
         cls(*args, **{option: value}).fit(X)
+
+
+@pytest.mark.parametrize(
+    ("estimator", "args", "error", "message"),
+    [
+        ("PCA", ("bogus",), ValueError, "n_components must be None, an int in [0, min(n_samples"),
+        ("RobustPPCA", (0,), ValueError, "RobustPPCA: n_components must be an int >= 1 and <= 3 or None"),
+        ("MixturePPCA", (2, 0), ValueError, "MixturePPCA: n_components must be an int >= 1 and <= 3; got 0."),
+    ],
+)
+def test_n_components_errors_say_all_that_is_accepted(estimator, args, error, message):
+    import bayespca
+
+    with pytest.raises(error, match=re.escape(message)):
+        getattr(bayespca, estimator)(*args).fit(np.random.default_rng(0).normal(size=(40, 4)))

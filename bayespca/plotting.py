@@ -719,7 +719,11 @@ def plot_noise(model, *, ci_prob=0.89, bins=30, feature_names=None, ax=None):
             ax.axvline(draws.mean(), color="C0", label="posterior mean")
             ax.set_ylabel("draws")
         else:
+            # One number: say it, and where its uncertainty would come from.
             ax.axvline(model.noise_variance_, color="C0", label="maximum likelihood")
+            note = f"sigma^2 = {float(model.noise_variance_):.4g}\n(method='nuts' draws its posterior)"
+            ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", fontsize="medium",
+                    bbox={"facecolor": "white", "edgecolor": "0.8"})
             ax.set_yticks([])
         ax.set_xlabel("sigma^2")
         _legend_clear_of_data(ax, fontsize="small")

@@ -453,10 +453,22 @@ def _cross_validated(X, ks, estimator, cv, seed):
 
     n = X.shape[0]
     held_out = np.empty((len(ks), n))
-    for train, test in KFold(cv, shuffle=True, random_state=seed).split(X):
-        for j, k in enumerate(ks):
-            held_out[j, test] = estimator(n_components=k).fit(X[train]).score_samples(X[test])
+    with warnings.catch_warnings():
+        # A fold's own Heywood case is not the data's: the full fit of each k reports those.
+        warnings.simplefilter("ignore", UserWarning)
+        for train, test in KFold(cv, shuffle=True, random_state=seed).split(X):
+            for j, k in enumerate(ks):
+                held_out[j, test] = estimator(n_components=k).fit(X[train]).score_samples(X[test])
     return held_out.mean(axis=1), held_out.std(axis=1, ddof=1) / np.sqrt(n)
+
+
+def _ml_fit(estimator: type, k: int, X):
+    """The maximum-likelihood fit of ``k`` components, its warnings (a Heywood case) naming that ``k``."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = estimator(n_components=k).fit(X)
+    _reraise(caught, k)
+    return fit
 
 
 def _with_progress(ks: list[int], seeds, progress_bar: bool | None):
@@ -688,7 +700,7 @@ def _add_classical_criteria(table: pd.DataFrame, arr, model: str, estimator: typ
     """Minka, BIC, AIC, cross-validated likelihood, Gavish-Donoho and parallel analysis, by k in ``table``."""
     ks = list(table.index)
     n, d = arr.shape
-    ml_loglik = np.array([estimator(n_components=k).fit(arr).log_likelihood_ for k in ks])
+    ml_loglik = np.array([_ml_fit(estimator, k, arr).log_likelihood_ for k in ks])
     params = np.array([_n_parameters(k, d, model) for k in ks])
     minka, gd_rank = _spectral_criteria(arr, ks)
     if chunked:  # held-out folds need the rows in memory; the subsampled LOO is the check here

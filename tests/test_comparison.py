@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from arviz_base import from_dict
 from scipy.special import logsumexp
+from sklearn.datasets import load_iris
 from sklearn.decomposition._pca import _assess_dimension
 from sklearn.model_selection import KFold
 
@@ -283,6 +284,19 @@ def test_a_constant_column_leaves_parallel_analysis_out_not_the_comparison():
     assert np.isfinite(res.table[["elpd", "bic", "cv_log_likelihood"]]).all().all()
     with pytest.raises(ValueError, match=r"constant columns \[3\]"):
         parallel_analysis(X)
+
+
+def test_the_maximum_likelihood_fits_warnings_name_their_k():
+    # Iris, FA: k = 1 has a Heywood case (petal length), which the BIC column's ML fit reports with its
+    # k like the NUTS fits' warnings; the cross-validation folds' own fits say nothing.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compare_n_components(load_iris().data, [1, 2], model="fa", num_warmup=100, num_samples=100,
+                             num_chains=1, random_state=0)
+    messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    heywood = [m for m in messages if "Heywood" in m]
+    assert heywood and all(m.startswith(("n_components=1: ", "n_components=2: ")) for m in heywood), heywood
+    assert sum(m.startswith("n_components=1: features [2]") for m in heywood) == 1, heywood
 
 
 # ----------------------------------------------------------- Pareto k-hat

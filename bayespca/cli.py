@@ -560,19 +560,25 @@ def _candidates(args, n: int, d: int) -> list[int]:
     return ks
 
 
+def _comparable(path):
+    """The CSV data of ``bayespca compare``, at least 2 x 2."""
+    if Path(path).suffix.lower() in OUT_OF_CORE:
+        raise CLIError(f"compare reads CSV files; {str(path)!r} is for `bayespca fit` (out of core), "
+                       "or for compare_n_components in Python on a Dask array")
+    df = read_csv(path)
+    for size, what in zip(df.shape, ("row", "column"), strict=True):
+        if size < 2:
+            raise CLIError(f"data file {str(path)!r} has {size} {what}{'s' * (size != 1)}: "
+                           f"comparing k needs at least 2")
+    return df
+
+
 def _compare(args) -> int:
     out = check_output(args.out, "--out", (".csv",))
     plot = check_output(args.plot, "--plot", _PLOT_SUFFIXES)
-    if Path(args.data).suffix.lower() in OUT_OF_CORE:
-        raise CLIError(f"compare reads CSV files; {str(args.data)!r} is for `bayespca fit` (out of core), "
-                       "or for compare_n_components in Python on a Dask array")
     with _collected_warnings() as read:
-        df = read_csv(args.data)
+        df = _comparable(args.data)
     n, d = df.shape
-    for size, what in ((n, "row"), (d, "column")):
-        if size < 2:
-            raise CLIError(f"data file {str(args.data)!r} has {size} {what}{'s' * (size != 1)}: "
-                           f"comparing k needs at least 2")
     ks = _candidates(args, n, d)
     from bayespca.comparison import DEFAULT_FOLDS, compare_n_components
 

@@ -45,6 +45,7 @@ ROTATIONS = ("varimax", "quartimax", "promax", "oblimin")
 # Above this many (draw x row) values the pointwise log-likelihood is left out
 # of posterior_ (to_arviz(log_likelihood=True) still computes it).
 _MAX_POINTWISE = 20_000_000
+_DEFAULT_TARGET = 0.9  # NUTS target acceptance rate but under the horseshoe
 
 
 def _fitter(method: str):
@@ -165,8 +166,8 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         )
         # The other methods' options too, as scikit-learn checks every parameter at fit.
         batch_size = check_svi_options(self.guide, self.batch_size, prepared.n)
-        # target_accept_prob None is the prior's default, valid (whose lookup would import JAX here)
-        target = 0.9 if self.target_accept_prob is None else self.target_accept_prob
+        # None stands for a valid default (_target_accept_prob, whose prior lookup would import JAX here)
+        target = _DEFAULT_TARGET if self.target_accept_prob is None else self.target_accept_prob
         check_sampler_options(self.num_warmup, self.num_samples, self.num_chains, self.chain_method, target)
         options = {}
         if method in ("closed_form", "em"):
@@ -360,7 +361,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
             return self.target_accept_prob
         from bayespca.priors import is_named
 
-        return 0.99 if is_named(self.prior, "horseshoe") else 0.9
+        return 0.99 if is_named(self.prior, "horseshoe") else _DEFAULT_TARGET
 
     def _draws(self, num_samples=None, random_state=None) -> LowRankGaussian:
         """Posterior draws of ``(W, Psi, mu)`` (all, or ``num_samples`` picked at random)."""

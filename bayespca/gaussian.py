@@ -67,6 +67,7 @@ is the Gaussian of its observed block ``O_i``, with its own capacitance
 
 from __future__ import annotations
 
+import itertools
 import sys
 from typing import Any, NamedTuple
 
@@ -198,13 +199,51 @@ class _NumPyOps:
         return np.linalg.solve(np.swapaxes(chol, -1, -2) if transpose else chol, b)
 
     @staticmethod
-    def gram(b):
-        """``b @ b.T`` for a 2-D ``b``, by BLAS's symmetric rank-k update (half the flops)."""
-        if b.shape[1] == 0:  # BLAS rejects an empty inner dimension (k = 0)
-            return np.zeros((b.shape[0], b.shape[0]))
-        # b.T of a C-ordered b is Fortran-ordered: BLAS reads it without a copy.
-        upper = scipy.linalg.blas.dsyrk(1.0, b.T, trans=1)  # upper triangle only
+    def gram_sum(blocks):
+        """``sum_b b @ b.T`` over 2-D blocks ``b`` of equal rows (the first not empty).
+
+        Each of BLAS's symmetric rank-k updates accumulates into one upper
+        triangle (half the flops of a product), made symmetric once at the end.
+        """
+        upper = None
+        for b in blocks:
+            if b.shape[1] == 0:  # BLAS rejects an empty inner dimension (k = 0)
+                continue
+            # BLAS reads a Fortran-ordered array without a copy: b itself, or b.T of a C-ordered b.
+            a, trans = (b, 0) if b.flags.f_contiguous else (b.T, 1)
+            if upper is None:
+                upper = scipy.linalg.blas.dsyrk(1.0, a, trans=trans)
+            else:
+                upper = scipy.linalg.blas.dsyrk(1.0, a, trans=trans, beta=1.0, c=upper, overwrite_c=True)
         return np.triu(upper) + np.triu(upper, 1).T
+
+    @staticmethod
+    def masked_capacitance(a, observed):
+        """``(L_i^{-1}, log|M_i|)`` of ``M_i = I + A^T diag(o_i) A = L_i L_i^T``, one per row of ``observed``.
+
+        Each entry of the ``M_i`` is kept as one contiguous vector over the
+        rows, so that factorising and inverting them are ``O(k^3)`` vector
+        operations of length ``n``: a third of the time of NumPy's batched
+        Cholesky and of substitution on ``(n, k, k)`` arrays (20000 rows,
+        k = 10: 18 against 55 ms).
+        """
+        k = a.shape[1]
+        (rows, cols), unpack = symmetric_packing(k)
+        m = ((a[:, rows] * a[:, cols]).T @ np.asarray(observed, dtype=a.dtype).T)[unpack]  # (k, k, n)
+        diagonal = np.arange(k)
+        m[diagonal, diagonal] += 1.0
+        chol = np.zeros_like(m)
+        for j in range(k):
+            s = m[j:, j] - np.einsum("imn,mn->in", chol[j:, :j], chol[j, :j])
+            chol[j, j] = np.sqrt(s[0])
+            chol[j + 1 :, j] = s[1:] / chol[j, j]
+        inverse = np.zeros_like(m)
+        recip = 1.0 / chol[diagonal, diagonal]
+        for r in range(k):
+            inverse[r, r] = recip[r]
+            for c in range(r):
+                inverse[r, c] = np.einsum("mn,mn->n", chol[r, c:r], inverse[c:r, c]) * -recip[r]
+        return np.ascontiguousarray(np.moveaxis(inverse, -1, 0)), -2.0 * np.sum(np.log(recip), axis=0)
 
     @staticmethod
     def tri_inverse(chol):
@@ -301,8 +340,20 @@ class _JaxOps:
         return self._cond(condition, fn, lambda v: v, x)
 
     @staticmethod
-    def gram(b):
-        return b @ b.T
+    def gram_sum(blocks):
+        return sum(b @ b.T for b in blocks)
+
+    def masked_capacitance(self, a, observed):
+        """As :meth:`_NumPyOps.masked_capacitance`, from batched factors (n, k, k)."""
+        xp = self.xp
+        k = a.shape[1]
+        (rows, cols), unpack = symmetric_packing(k)
+        # sum_j o_ij a_j a_j^T for every row at once is one matrix product
+        # (n, d) x (d, k(k+1)/2), the fastest way to form n small matrices.
+        packed = xp.asarray(observed, dtype=a.dtype) @ (a[:, rows] * a[:, cols])
+        chol = self.cholesky(xp.eye(k, dtype=a.dtype) + packed[:, unpack])
+        log_det = 2.0 * xp.sum(xp.log(xp.diagonal(chol, axis1=-2, axis2=-1)), axis=1)
+        return self.tri_inverse(chol), log_det
 
     def tri_inverse(self, chol):
         if 0 < chol.shape[-1] <= _UNROLLED_ORDER:
@@ -520,24 +571,11 @@ def capacitance_norm(g: LowRankGaussian) -> float:
     return float(np.max(np.diag(chol)) ** 2) if chol.size else 1.0
 
 
-def _masked_capacitance(ops, wh: Whitened, observed):
-    """Per-row Cholesky factors of ``M_i = I + A^T diag(o_i) A`` (n, k, k)."""
-    xp = ops.xp
-    a = wh.loadings
-    k = a.shape[1]
-    (rows, cols), unpack = symmetric_packing(k)
-    # sum_j o_ij a_j a_j^T for every row at once is one matrix product
-    # (n, d) x (d, k(k+1)/2), the fastest way to form n small matrices.
-    obs = xp.asarray(observed, dtype=a.dtype)
-    m = xp.eye(k, dtype=a.dtype) + (obs @ (a[:, rows] * a[:, cols]))[:, unpack]
-    return ops.cholesky(m)
-
-
 class _RowFactors(NamedTuple):
     """Per-row pieces shared by log-density, latent posterior and EM (whitened frame)."""
 
     z: Any  # (n, k) posterior means M_i^{-1} A^T y_i in the rotated frame
-    chol: Any  # (k, k) or (n, k, k)
+    chol: Any  # (k, k); None for rows with missing values (linv instead)
     linv: Any  # (n, k, k) inverses of the per-row factors (missing values), None for complete data
     quad: Any  # (n,) (x_i - mu)^T C^{-1} (x_i - mu) over the observed entries
     logdet: Any  # (n,) log|C| of the observed block
@@ -563,17 +601,15 @@ def _row_factors(ops, g, wh: Whitened, X, observed) -> _RowFactors:
         logdet = xp.broadcast_to(logdet[..., None], y.shape[:-1])
         resid = y - z @ _transpose(xp, a)
     else:
-        chol = _masked_capacitance(ops, wh, obs)
         # Batched solves with n small triangular factors cost as much as inverting them once,
         # and the inverses serve z, the missing-block covariances and the conditional variances.
-        linv = ops.tri_inverse(chol)
+        chol = None
+        linv, log_det_m = ops.masked_capacitance(a, obs)
         u = (linv @ (y @ a)[..., None])[..., 0]  # L_i^{-1} A^T y_i
         z = (u[:, None, :] @ linv)[:, 0, :]  # (L_i^{-T} u_i)^T
         n_obs = xp.sum(obs, axis=1)
-        logdet = 2.0 * (
-            xp.asarray(obs, dtype=log_sd.dtype) @ log_sd  # sum of log sd over the observed entries
-            + xp.sum(xp.log(xp.diagonal(chol, axis1=-2, axis2=-1)), axis=1)
-        )
+        # log|Psi_O| (the log sd over the observed entries, twice) + log|M_i|
+        logdet = 2.0 * (xp.asarray(obs, dtype=log_sd.dtype) @ log_sd) + log_det_m
         resid = xp.where(obs, y - z @ a.T, 0.0)
     quad = xp.sum(resid**2, axis=-1) + xp.sum(z**2, axis=-1)
     return _RowFactors(z, chol, linv, quad, logdet, n_obs)
@@ -975,19 +1011,21 @@ def expected_statistics(g: LowRankGaussian, X, observed) -> tuple[SufficientStat
     loadings = wh.sd[:, None] * wh.loadings  # W R
     X = ops.asarray(X)
     xhat = xp.where(obs, X, f.z @ loadings.T + ops.asarray(g.mean))
-    n, d = X.shape
+    n = X.shape[0]
     mean = xp.mean(xhat, axis=0)
     centred = xhat - mean
-    scatter = centred.T @ centred
     # Sigma_i = L_i^{-T} L_i^{-1} (rotated frame), so D_i W R Sigma_i R^T W^T D_i = B_i B_i^T
-    # with B_i = D_i W R L_i^{-T}: over a block of rows, two matrix products.
-    # (d, n): the mask in the layout of the products below, so that applying it streams through
-    # memory (the transposed view of an (n, d) mask made it a third of the E-step's time).
+    # with B_i = D_i W R L_i^{-T}. Column r of every B_i over a block of rows is one (d, c) matrix
+    # product, masked where it stands, and their grams add up to the sum.
+    # (d, n): the mask in the layout of those products (the transposed view of an (n, d) mask
+    # made applying it a third of the E-step's time).
     missing = xp.asarray(~obs.T, dtype=loadings.dtype)
-    for start in range(0, n, _ROWS):
-        rows = slice(start, start + _ROWS)
-        b = xp.tensordot(loadings, f.linv[rows], axes=(1, 2)) * missing[:, rows, None]  # (d, c, k)
-        scatter = scatter + ops.gram(xp.reshape(b, (d, -1)))
+    blocks = (
+        (loadings @ f.linv[start : start + _ROWS, r, :].T) * missing[:, start : start + _ROWS]
+        for start in range(0, n, _ROWS)
+        for r in range(loadings.shape[1])
+    )
+    scatter = ops.gram_sum(itertools.chain([centred.T], blocks))
     scatter = scatter + xp.diag(xp.sum(missing, axis=1) * wh.sd**2)
     return SufficientStatistics(n, mean, scatter), xp.sum(_log_density(xp, f))
 

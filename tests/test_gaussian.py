@@ -96,6 +96,54 @@ def test_conditional_missing_matches_dense_conditioning():
         np.testing.assert_array_equal(cond.variance[i, o], 0.0)
 
 
+def _masked_data(g, n, seed):
+    X = _data(g, n=n, seed=seed)
+    obs = np.random.default_rng(seed + 10).random(X.shape) > 0.3
+    obs[0] = True  # a complete row
+    obs[1] = False  # a row with nothing observed
+    return X, obs
+
+
+@pytest.mark.parametrize("backend", ["numpy", "jax"])
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_masked_log_prob_is_the_density_of_each_observed_block(backend, k):
+    g = _model(d=9, k=k, seed=k)
+    X, obs = _masked_data(g, 12, seed=k)
+    c, mu = _dense_cov(g), np.asarray(g.mean)
+    args = (g, np.where(obs, X, np.nan), obs)
+    if backend == "jax":
+        import jax.numpy as jnp
+
+        args = (LowRankGaussian(*(jnp.asarray(a) for a in g)), jnp.asarray(np.where(obs, X, 0.0)), obs)
+    got = np.asarray(gaussian.log_prob(*args))
+    for i, o in enumerate(obs):
+        ref = multivariate_normal(mu[o], c[np.ix_(o, o)]).logpdf(X[i, o]) if o.any() else 0.0
+        assert got[i] == pytest.approx(ref, rel=1e-10, abs=1e-12)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_expected_statistics_are_the_dense_conditional_moments(k, monkeypatch):
+    # E[x_i | x_iO] and Cov[x_iM | x_iO] by dense Gaussian conditioning; blocks of 4 rows, the last
+    # one partial, so that every row's missing-block covariance passes through the blocked products.
+    monkeypatch.setattr(gaussian, "_ROWS", 4)
+    g = _model(d=8, k=k, seed=5)
+    X, obs = _masked_data(g, 13, seed=6)
+    c, mu = _dense_cov(g), np.asarray(g.mean)
+    xhat, extra, ll_ref = X.copy(), np.zeros_like(c), 0.0
+    for i, o in enumerate(obs):
+        m = ~o
+        if o.any():
+            ll_ref += multivariate_normal(mu[o], c[np.ix_(o, o)]).logpdf(X[i, o])
+        gain = np.linalg.solve(c[np.ix_(o, o)], c[np.ix_(o, m)]).T if o.any() else np.zeros((m.sum(), 0))
+        xhat[i, m] = mu[m] + gain @ (X[i, o] - mu[o])
+        extra[np.ix_(m, m)] += c[np.ix_(m, m)] - gain @ c[np.ix_(o, m)]
+    mean = xhat.mean(axis=0)
+    stats, ll = gaussian.expected_statistics(g, np.where(obs, X, np.nan), obs)
+    np.testing.assert_allclose(stats.mean, mean, rtol=1e-10)
+    np.testing.assert_allclose(stats.scatter, (xhat - mean).T @ (xhat - mean) + extra, rtol=1e-10, atol=1e-10)
+    assert float(ll) == pytest.approx(ll_ref, rel=1e-10)
+
+
 def test_sample_moments_match_model():
     g = _model(d=4, k=2)
     x = np.asarray(gaussian.sample(g, jax.random.key(0), 200_000))

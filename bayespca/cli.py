@@ -73,6 +73,7 @@ _OPTION_NAMES = {
     r"\bprior=\.\.\.": "--prior ...",
     r"\bmethod='(\w+)'": r"--method \1",
     r"\bn_components\b": "--n-components",
+    r"\bmax_refits\b": "--max-refits",
 }
 
 
@@ -597,8 +598,8 @@ def _compare(args) -> int:
     with _collected_warnings() as caught:
         try:
             result = compare_n_components(
-                df, n_components=ks, model=args.model, cv=args.cv, random_state=args.seed,
-                progress_bar=args.progress, **fit_kwargs,
+                df, n_components=ks, model=args.model, cv=args.cv, max_refits=args.max_refits,
+                random_state=args.seed, progress_bar=args.progress, **fit_kwargs,
             )
         except (ValueError, TypeError) as err:
             raise CLIError(_option_names(str(err))) from None
@@ -746,6 +747,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--model", choices=sorted(_MODELS), default="ppca", help="default ppca")
     compare.add_argument("--cv", type=_int_at_least(2), default=None,
                          help="cross-validation folds (default 5, or one a row where there are fewer rows)")
+    compare.add_argument("--max-refits", type=_int_at_least(0), default=10, metavar="N",
+                         help="rows of each k whose Pareto k-hat is too high for PSIS-LOO are scored by "
+                         "exact refits, at most N of them (default 10; 0: none)")
     compare.add_argument("--out", default=None, help="write the comparison table (a .csv file)")
     compare.add_argument("--plot", default=None,
                          help=f"write the elpd-against-k plot ({', '.join(_PLOT_SUFFIXES)})")

@@ -249,7 +249,7 @@ def _check_weight_method(method: Any) -> str:
     return lowered[method.lower()]
 
 
-def compare(models: Mapping, *, method: str = "stacking") -> pd.DataFrame:
+def compare(models: Mapping, *, method: str = "stacking", max_refits: int = 10) -> pd.DataFrame:
     """Compare fitted models by PSIS-LOO: ArviZ's comparison table plus the worst Pareto k-hat.
 
     Parameters
@@ -262,6 +262,9 @@ def compare(models: Mapping, *, method: str = "stacking") -> pd.DataFrame:
         fitted to the same rows.
     method : {"stacking", "BB-pseudo-BMA", "pseudo-BMA"}, default="stacking"
         How :func:`arviz.compare` weighs the models.
+    max_refits : int, default=10
+        Passed to :func:`loo` for each fitted model: the most rows with a
+        high k-hat it refits exactly.
 
     Returns
     -------
@@ -305,9 +308,11 @@ def compare(models: Mapping, *, method: str = "stacking") -> pd.DataFrame:
             f"{type(models).__name__} of length {len(models) if hasattr(models, '__len__') else '?'}."
         )
     method = _check_weight_method(method)
+    check_number(max_refits, "max_refits", integer=True, low=0)
     elpds = {}
     for name, model in models.items():
-        elpds[name] = model if isinstance(model, ELPDData) else loo(model, name=f"models[{name!r}]")
+        elpds[name] = (model if isinstance(model, ELPDData)
+                       else loo(model, name=f"models[{name!r}]", max_refits=max_refits))
         if elpds[name].elpd_i is None:
             raise ValueError(f"models[{name!r}] is an ELPDData without pointwise values; use pointwise=True.")
     sizes = {name: int(e.n_data_points) for name, e in elpds.items()}
@@ -506,6 +511,7 @@ def compare_n_components(
     method: str = "nuts",
     cv: int | None = None,
     observations: int = 400,
+    max_refits: int = 10,
     random_state: Any = None,
     progress_bar: bool | None = None,
     **fit_kwargs,
@@ -578,6 +584,10 @@ def compare_n_components(
     observations : int, default=400
         Rows of the subsample when PSIS-LOO is subsampled (see above; all
         rows when there are fewer).
+    max_refits : int, default=10
+        Most rows of each k refitted exactly (:func:`loo`); with more rows
+        above the k-hat threshold, none is, and that k's warning says so. 0
+        turns refits off. Not used when PSIS-LOO is subsampled.
     random_state : int, numpy Generator or None
         Seeds the NUTS fits (one derived seed per k) and the folds.
     progress_bar : bool or None, default=None
@@ -611,6 +621,7 @@ def compare_n_components(
     arr = as_dask_matrix(X)[0] if chunked else as_float_matrix(X, name="X", allow_nan=True)
     n, d = arr.shape
     observations = min(check_number(observations, "observations", integer=True, low=2), n)
+    max_refits = check_number(max_refits, "max_refits", integer=True, low=0)
     ks = _candidates(n_components, model, n, d)
     cv = check_number(min(DEFAULT_FOLDS, n) if cv is None else cv, "cv", integer=True, low=2, high=n)
     estimator = PPCA if model == "ppca" else FactorAnalysis
@@ -619,7 +630,8 @@ def compare_n_components(
 
     probe = estimator(**fit_kwargs)
     subsampled = chunked or n * probe.num_chains * probe.num_samples > SUBSAMPLE_ABOVE
-    fits, elpds = _fit_each(X, ks, seeds, estimator, options, subsampled, observations, progress_bar)
+    scoring = (subsampled, observations, max_refits)
+    fits, elpds = _fit_each(X, ks, seeds, estimator, options, scoring, progress_bar)
     comparison = compare_subsampled(elpds) if subsampled else compare(elpds)
     loo_columns = ["elpd", "se", "elpd_diff", "dse", "p", "weight", "rank", "warning", "pareto_k_max"]
     table = comparison.loc[ks, loo_columns + (["subsampling_dse"] if subsampled else [])].copy()
@@ -679,10 +691,12 @@ def _fit_options(estimator: type, fit_kwargs: dict, ks: list[int], d: int) -> di
     return {"padded_components": max(ks) if d * max(ks) <= _PADDED_SIZE else None, **fit_kwargs}
 
 
-def _fit_each(X, ks, seeds, estimator, options, subsampled, observations, progress_bar):
-    """The NUTS fit of each k and its elpd (PSIS-LOO, or subsampled LOO on one subsample for every k)."""
+def _fit_each(X, ks, seeds, estimator, options, scoring, progress_bar):
+    """The NUTS fit of each k and its elpd: PSIS-LOO with at most ``max_refits`` exact refits, or
+    subsampled LOO on one subsample for every k (``scoring``: ``(subsampled, observations, max_refits)``)."""
     from bayespca.subsampled_loo import loo_subsample
 
+    subsampled, observations, max_refits = scoring
     fits, elpds = {}, {}
     for k, seed in _with_progress(ks, seeds[:-1], progress_bar):
         with warnings.catch_warnings(record=True) as caught:
@@ -690,7 +704,7 @@ def _fit_each(X, ks, seeds, estimator, options, subsampled, observations, progre
             fits[k] = estimator(n_components=k, method="nuts", random_state=int(seed), **options).fit(X)
             # One subsample for every k (same seed): their elpd differences are then paired.
             elpds[k] = (loo_subsample(fits[k], X, observations=observations, seed=int(seeds[-1]))
-                        if subsampled else loo(fits[k], name=f"n_components={k}"))
+                        if subsampled else loo(fits[k], name=f"n_components={k}", max_refits=max_refits))
         _reraise(caught, k)
     return fits, elpds
 

@@ -188,13 +188,13 @@ def test_compare_passes_the_contract_arguments(frame, csv, tmp_path, capsys, mon
                                               noiseless_candidates=noiseless_candidates))
     out, plot = tmp_path / "table.csv", tmp_path / "elpd.png"
     argv = ["compare", str(csv), "--n-components", "1:3", "--model", "fa", "--cv", "4", "--seed", "9",
-            "--chains", "2", "--draws", "30", "--warmup", "20", "--out", str(out), "--plot", str(plot),
-            "--no-progress"]
+            "--chains", "2", "--draws", "30", "--warmup", "20", "--max-refits", "3", "--out", str(out),
+            "--plot", str(plot), "--no-progress"]
     assert main(argv) == 0
     ((X, ks, kwargs),) = calls
     np.testing.assert_array_equal(X.to_numpy(), frame.to_numpy())
     assert ks == [1, 2, 3]
-    assert kwargs == {"model": "fa", "cv": 4, "random_state": 9, "progress_bar": False,
+    assert kwargs == {"model": "fa", "cv": 4, "max_refits": 3, "random_state": 9, "progress_bar": False,
                       "num_chains": 2, "num_samples": 30, "num_warmup": 20}
     np.testing.assert_array_equal(pd.read_csv(out, index_col=0)["elpd"], table["elpd"])
     assert plot.read_bytes()[:4] == b"\x89PNG"
@@ -390,8 +390,8 @@ def _stand_in_comparison(monkeypatch, table, warn=None):
         calls.append((X, n_components, kwargs))
         for k in n_components:
             Estimator(k).fit()
-        warnings.warn("n_components=2: Pareto k-hat > 0.7 for 1 of 40 rows (max 0.7004); try num_samples.",
-                      ParetoKWarning, stacklevel=2)
+        warnings.warn("n_components=2: Pareto k-hat > 0.7 for 1 of 40 rows (max 0.7004); try num_samples or "
+                      "a larger max_refits.", ParetoKWarning, stacklevel=2)
         return types.SimpleNamespace(table=table, n_components=2, rule="largest elpd", comparison=None)
 
     module = types.SimpleNamespace(compare_n_components=compare_n_components, KHAT_THRESHOLD=0.7,
@@ -417,7 +417,8 @@ def test_compare_warnings_say_which_k_and_keep_the_evidence(csv, capsys, monkeyp
         "Increase --warmup and --draws.",
         "bayespca: warning (k=2): R-hat of sigma2 is 1.020 > 1.01: the chains disagree. "
         "Increase --warmup and --draws.",
-        "bayespca: warning (k=2): Pareto k-hat > 0.7 for 1 of 40 rows (max 0.7004); try --draws.",
+        "bayespca: warning (k=2): Pareto k-hat > 0.7 for 1 of 40 rows (max 0.7004); try --draws or a larger "
+        "--max-refits.",
     ]
 
 

@@ -372,6 +372,25 @@ def test_rows_psis_cannot_handle_are_scored_by_exact_refits():
     assert float(res.elpd) == pytest.approx(float(np.sum(np.asarray(res.elpd_i))), rel=1e-12)
 
 
+def test_compare_n_components_passes_max_refits_to_each_loo():
+    # The outlying row of the test above gives PSIS k-hat > 0.7 at every k; with max_refits=0 no k is
+    # refitted: each k's elpd is PSIS-LOO of its own fit, and its warning names the option.
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(40, 1)) @ [[2.0, 1.0, -1.0, 0.5]] + 0.5 * rng.normal(size=(40, 4))
+    X[7] += [25.0, -25.0, 25.0, -25.0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = compare_n_components(X, [1, 2], cv=2, max_refits=0, random_state=0, **REFIT)
+    pareto = [str(w.message) for w in caught if w.category is ParetoKWarning]
+    assert any(m.startswith("n_components=1: ") and "more than max_refits=0 rows" in m for m in pareto)
+    with _quiet():
+        unrefitted, refitted = loo(res.models[1], max_refits=0), loo(res.models[1])
+    assert res.table.loc[1, "elpd"] == pytest.approx(float(unrefitted.elpd), rel=1e-12)
+    assert abs(float(refitted.elpd) - float(unrefitted.elpd)) > 1e-3  # the refits would have changed it
+    with pytest.raises(ValueError, match="max_refits"):
+        compare_n_components(X, [1, 2], max_refits=-1)
+
+
 def test_recommendation_at_the_edge_of_the_range_warns(three):
     with _quiet(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -491,10 +491,13 @@ def _with_progress(ks: list[int], seeds, progress_bar: bool | None):
 
 def _reraise(caught: list, k: int) -> None:
     """The warnings of the fit of one k, raised again with the k they are about."""
+    prefix = f"n_components={k}: "
     for record in caught:
         if issubclass(record.category, UserWarning):
             # The fits are the comparison's: the user holds none to continue.
-            warn(f"n_components={k}: {str(record.message).removesuffix(MORE_DRAWS)}", record.category)
+            text = str(record.message).removesuffix(MORE_DRAWS)
+            # loo's own warning already starts with the k (its name)
+            warn(text if text.startswith(prefix) else prefix + text, record.category)
 
 
 # Features x largest k up to which compare_n_components pads every k to the largest. k = 1..6, 2 cores:

@@ -715,8 +715,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="{fit,compare,demo}",
                                 parser_class=_Parser)
     common, sampler = _common_options(), _sampler_options()
+    _add_fit_parser(sub, [sampler, common])
+    _add_compare_parser(sub, [sampler, common])
+    _add_demo_parser(sub, [common])
+    return parser
 
-    fit = sub.add_parser("fit", parents=[sampler, common], help="fit pPCA or factor analysis to a CSV file",
+
+def _add_fit_parser(sub, parents) -> None:
+    """The ``fit`` subcommand: its options, and :func:`_fit` to run it."""
+    fit = sub.add_parser("fit", parents=parents, help="fit pPCA or factor analysis to a CSV file",
                          description="Fit pPCA or factor analysis to a CSV file; print a summary.")
     fit.add_argument(
         "data",
@@ -735,7 +742,10 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--out", default=None, help="write the fit as an ArviZ DataTree in netCDF (a .nc file)")
     fit.set_defaults(run=_fit)
 
-    compare = sub.add_parser("compare", parents=[sampler, common],
+
+def _add_compare_parser(sub, parents) -> None:
+    """The ``compare`` subcommand: its options, and :func:`_compare` to run it."""
+    compare = sub.add_parser("compare", parents=parents,
                              help="compare numbers of components (PSIS-LOO and more)",
                              description="Compare numbers of components by PSIS-LOO, "
                              "cross-validation and the classical criteria.")
@@ -755,14 +765,16 @@ def build_parser() -> argparse.ArgumentParser:
                          help=f"write the elpd-against-k plot ({', '.join(_PLOT_SUFFIXES)})")
     compare.set_defaults(run=_compare)
 
-    demo = sub.add_parser("demo", parents=[common],
+
+def _add_demo_parser(sub, parents) -> None:
+    """The ``demo`` subcommand: its options, and :func:`_demo` to run it."""
+    demo = sub.add_parser("demo", parents=parents,
                           help="run the whole workflow on the wine data; write a report",
                           description="Run the workflow (choosing k, PCA, Bayesian pPCA by NUTS, factor "
                           "analysis, kernel PCA) on scikit-learn's wine data and write plots and tables.")
     demo.add_argument("--out", default="bayespca-demo", help="report folder (default ./bayespca-demo)")
     demo.add_argument("--small", action="store_true", help="short chains: a quick run")
     demo.set_defaults(run=_demo)
-    return parser
 
 
 def main(argv=None) -> int:

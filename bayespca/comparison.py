@@ -633,8 +633,8 @@ def compare_n_components(
 
     probe = estimator(**fit_kwargs)
     subsampled = chunked or n * probe.num_chains * probe.num_samples > SUBSAMPLE_ABOVE
-    scoring = (subsampled, observations, max_refits)
-    fits, elpds = _fit_each(X, ks, seeds, estimator, options, scoring, progress_bar)
+    fits, elpds = _fit_each(X, ks, seeds, estimator, options, progress_bar, subsampled=subsampled,
+                            observations=observations, max_refits=max_refits)
     comparison = compare_subsampled(elpds) if subsampled else compare(elpds)
     loo_columns = ["elpd", "se", "elpd_diff", "dse", "p", "weight", "rank", "warning", "pareto_k_max"]
     table = comparison.loc[ks, loo_columns + (["subsampling_dse"] if subsampled else [])].copy()
@@ -694,12 +694,11 @@ def _fit_options(estimator: type, fit_kwargs: dict, ks: list[int], d: int) -> di
     return {"padded_components": max(ks) if d * max(ks) <= _PADDED_SIZE else None, **fit_kwargs}
 
 
-def _fit_each(X, ks, seeds, estimator, options, scoring, progress_bar):
+def _fit_each(X, ks, seeds, estimator, options, progress_bar, *, subsampled, observations, max_refits):
     """The NUTS fit of each k and its elpd: PSIS-LOO with at most ``max_refits`` exact refits, or
-    subsampled LOO on one subsample for every k (``scoring``: ``(subsampled, observations, max_refits)``)."""
+    subsampled LOO on one subsample of ``observations`` rows for every k."""
     from bayespca.subsampled_loo import loo_subsample
 
-    subsampled, observations, max_refits = scoring
     fits, elpds = {}, {}
     for k, seed in _with_progress(ks, seeds[:-1], progress_bar):
         with warnings.catch_warnings(record=True) as caught:

@@ -878,7 +878,8 @@ _VARIABLE_NAMES = {
     "eigenvalues": "eigenvalues of W W^T",
     "log_lik": "log-likelihood",
 }
-_MAX_KEYED = 15  # a variable with more coordinates than this gets no colour key (W, for one)
+_MAX_KEYED = 20  # a variable with more coordinates than this gets no colour key (W, for one)
+_ARVIZ_COLOURS = 10  # arviz_plots' colour cycle: a key of more coordinates would show a colour twice
 
 
 def plot_trace(model, var_names=None, **kwargs):
@@ -890,9 +891,11 @@ def plot_trace(model, var_names=None, **kwargs):
     ``model.posterior_`` with the matplotlib backend; ``kwargs`` go to it.
     With matplotlib, each density panel is labelled with its variable, a key
     above the panels gives the line style of each chain, and one right of the
-    trace of each variable with 2 to 15 coordinates (e.g. ``eigenvalues``, or
+    trace of each variable with 2 to 20 coordinates (e.g. ``eigenvalues``, or
     ``W`` of 4 features and 2 components) the colour of each; the figure is
-    widened to hold them.
+    widened to hold them. Where such a variable has more than 10 coordinates
+    (``psi`` of 13 features), matplotlib's 20 ``tab20`` colours replace
+    ArviZ's cycle of 10, so no two coordinates share a colour.
 
     Returns
     -------
@@ -907,13 +910,25 @@ def plot_trace(model, var_names=None, **kwargs):
         noise = "psi" if np.ndim(model.noise_variance_) == 1 else "sigma2"
         var_names = [noise, "eigenvalues", "log_lik"]
     var_names = [var_names] if isinstance(var_names, str) else list(var_names)
+    posterior = model.posterior_
     kwargs.setdefault("backend", "matplotlib")
     if kwargs["backend"] == "matplotlib":
         kwargs.setdefault("figure_kwargs", {"figsize": (9.0, 1.2 + 2.0 * len(var_names))})
-    collection = plot_trace_dist(model.posterior_, var_names=var_names, **kwargs)
+        if "color" not in kwargs and _widest_key(posterior, var_names) > _ARVIZ_COLOURS:
+            tab20 = plt.get_cmap("tab20").colors  # dark and light of each hue in turn: the darks first
+            kwargs["color"] = list(tab20[0::2] + tab20[1::2])
+    collection = plot_trace_dist(posterior, var_names=var_names, **kwargs)
     if kwargs["backend"] == "matplotlib":
         _label_trace(collection, var_names)
     return collection
+
+
+def _widest_key(posterior, var_names) -> int:
+    """Coordinates of the variable with the most of them among those that get a colour key."""
+    draws = posterior["posterior"]
+    per_draw = draws.sizes["chain"] * draws.sizes["draw"]
+    counts = [draws[name].size // per_draw for name in var_names if name in draws]
+    return max((c for c in counts if c <= _MAX_KEYED), default=0)
 
 
 def _label_trace(collection, var_names) -> None:

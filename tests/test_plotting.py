@@ -12,8 +12,10 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.collections import EllipseCollection  # noqa: E402
+from matplotlib.colors import to_hex  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 from matplotlib.text import Annotation  # noqa: E402
+from sklearn.datasets import load_wine  # noqa: E402
 from sklearn.decomposition import PCA as SkPCA  # noqa: E402
 from sklearn.decomposition import KernelPCA as SkKernelPCA  # noqa: E402
 
@@ -649,6 +651,26 @@ def test_trace_density_panels_are_named_and_keyed(ppca_nuts):
     assert pc.viz["trace"]["eigenvalues"].values[0, 1].get_color() == colour
     assert not _overlaps(_texts(fig))
     assert _saved_aspect(fig) <= 2.0
+
+
+def test_trace_gives_each_keyed_coordinate_its_own_colour():
+    # psi of wine's 13 features: ArviZ's cycle of 10 colours gave features 10-12 the colours of
+    # features 0-2, so their key could not tell them apart.
+    X = load_wine().data
+    X = (X - X.mean(0)) / X.std(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # sampler warnings of a deliberately tiny run
+        model = FactorAnalysis(2, method="nuts", num_chains=2, num_warmup=100, num_samples=100,
+                               random_state=0).fit(X)
+    pc = plot_trace(model)
+    key = pc.viz["plot"]["psi"].sel(column="trace").item().get_legend()
+    assert [t.get_text() for t in key.get_texts()] == [str(j) for j in range(13)]
+    keyed = [to_hex(line.get_color()) for line in key.get_lines()]
+    assert len(set(keyed)) == 13
+    # Each keyed colour is that of the feature's trace, in both chains.
+    lines = pc.viz["trace"]["psi"].values
+    for chain in range(2):
+        assert [to_hex(lines[chain, j].get_color()) for j in range(13)] == keyed
 
 
 def test_trace_keys_fit_inside_the_figure(fa_nuts):

@@ -154,6 +154,8 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
                 f"{int(prepared.missing.sum())} missing (NaN) entries; use method='em' or 'svi'."
             )
         k = self._check_n_components(prepared.n, prepared.d)
+        check_number(self.padded_components, "padded_components", integer=True, low=k, high=prepared.d,
+                     allow_none=True)
         self._check_prior(method)
         check_choice(self.identification, "identification", IDENTIFICATIONS, allow_none=True)
         check_seed(self.random_state)
@@ -735,8 +737,8 @@ class PPCA(_LowRankGaussianModel):
         to it, where each would compile its own (~5 s per k at d = 20 on 2
         cores); each transition costs more (about ``(padded / k)^2`` at
         most). With the polar identification and the default or flat loadings
-        prior; ignored otherwise. :func:`bayespca.comparison.compare_n_components`
-        sets it.
+        prior; ignored otherwise, though checked at fit whatever the method.
+        :func:`bayespca.comparison.compare_n_components` sets it.
 
     Attributes
     ----------

@@ -366,6 +366,9 @@ def test_ppca_svi_map_reaches_closed_form():
         (PPCA(2, tol=-1.0), "tol must be"),
         (PPCA(2, max_iter=0), "max_iter must be"),
         (FactorAnalysis(2, noise_floor=0.0), "noise_floor must be"),
+        # Checked whatever the method, as scikit-learn checks every parameter at fit.
+        (PPCA(2, padded_components=1), "padded_components must be an int >= 2 and <= 8 or None; got 1"),
+        (FactorAnalysis(2, method="nuts", padded_components=9), "padded_components must be an int >= 2"),
     ],
 )
 def test_bad_parameters(model, match):

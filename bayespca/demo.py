@@ -207,8 +207,9 @@ def _comparison(X, report: _Report, small: bool, random_state, progress) -> str:
     from bayespca.comparison import compare_n_components
     from bayespca.plotting import plot_comparison
 
-    ks, draws = (range(1, 4), 200) if small else (range(1, 6), 500)
-    options = {"num_chains": 2, "num_samples": draws, "num_warmup": max(draws, 250)}
+    # Four chains, as NUTS fits default to: with two, R-hat at k = 2 and 3 crossed 1.01 on some machines.
+    ks, chains, draws = (range(1, 4), 2, 200) if small else (range(1, 6), 4, 500)
+    options = {"num_chains": chains, "num_samples": draws, "num_warmup": max(draws, 250)}
     result = compare_n_components(
         X, n_components=ks, model="ppca", random_state=random_state, progress_bar=progress,
         **options,

@@ -387,6 +387,35 @@ def test_posterior_tree_is_built_when_read_with_the_rows_log_likelihood_summing_
     assert not hasattr(fit, "posterior_")
 
 
+def test_posterior_tree_past_the_pointwise_limit_never_forms_the_rows_values(monkeypatch):
+    """Above ``_MAX_POINTWISE`` draws x rows values ``posterior_`` leaves the log_likelihood group out;
+    it formed the values anyway for NumPy rows (n = 200000: 3.2 GB and 221 s), only to drop them."""
+    from scipy.stats import multivariate_normal
+
+    import bayespca.posterior as posterior
+    import bayespca.probabilistic as probabilistic
+
+    X = _data(n=60, d=3, k=1, seed=5)
+    monkeypatch.setattr(probabilistic, "_MAX_POINTWISE", 10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)  # a deliberately short run
+        fit = PPCA(1, method="nuts", num_warmup=50, num_samples=50, num_chains=1, random_state=0,
+                   progress_bar=False).fit(X)
+
+    def refuse(*args):
+        raise AssertionError("the draws x rows values were formed")
+
+    monkeypatch.setattr(posterior, "pointwise_log_likelihood", refuse)
+    tree = fit.posterior_
+    assert "log_likelihood" not in tree.children
+    post = tree["posterior"]
+    for m in (0, 17, 49):  # the per-draw total, from the statistics: SciPy's density summed over rows
+        w = post["W"].values[0, m]
+        cov = w @ w.T + post["sigma2"].values[0, m] * np.eye(3)
+        ref = multivariate_normal(post["mu"].values[0, m], cov).logpdf(X).sum()
+        assert post["log_lik"].values[0, m] == pytest.approx(ref, rel=1e-10)
+
+
 # ------------------------------------------------------------- sample_more
 def _posterior_arrays(model):
     return (model.loadings_samples_, model.noise_variance_samples_, model.mean_samples_,

@@ -107,7 +107,15 @@ def _datatree(model: Any, name: str):
             "method='nuts' for PSIS-LOO."
         )
     tree = model.posterior_
-    if "log_likelihood" not in tree.children:
+    if "log_likelihood" not in tree.children:  # left out of posterior_ for its size
+        rows, sizes = tree["observed_data"]["X"].shape[0], tree["posterior"].sizes
+        values = rows * sizes["chain"] * sizes["draw"]
+        warn(
+            f"{name}: PSIS-LOO over all {rows} rows needs their {values:.3g} draws x rows "
+            f"log-likelihood values ({values * 8 / 1e9:.1f} GB in memory); "
+            "bayespca.subsampled_loo.loo_subsample(model, X) estimates the elpd from a subsample of "
+            "the rows, as compare_n_components does at this size."
+        )
         tree = model.to_arviz(log_likelihood=True)
     return tree
 
@@ -150,6 +158,11 @@ def loo(model: Any, *, var_name: str | None = None, name: str = "model", max_ref
     -----
     ParetoKWarning
         When some ``k-hat`` above that threshold remain, naming the remedies.
+    UserWarning
+        Before forming the draws x rows values of a fit whose ``posterior_``
+        left them out for their size (above 2e7 of them, 160 MB), with their
+        size and :func:`bayespca.subsampled_loo.loo_subsample`, which needs
+        only a subsample of the rows.
 
     Examples
     --------

@@ -372,6 +372,25 @@ def test_rows_psis_cannot_handle_are_scored_by_exact_refits():
     assert float(res.elpd) == pytest.approx(float(np.sum(np.asarray(res.elpd_i))), rel=1e-12)
 
 
+def test_loo_past_the_pointwise_limit_says_what_it_costs_and_scores_the_rows(three, monkeypatch):
+    """posterior_ leaves the draws x rows values out above _MAX_POINTWISE (2e7: 3.2 GB at 200,000
+    rows); loo forms them then, after a warning that names their size and the subsampled LOO."""
+    import bayespca.probabilistic as probabilistic
+
+    X = three[:50]
+    monkeypatch.setattr(probabilistic, "_MAX_POINTWISE", 10)
+    with _quiet():
+        model = PPCA(1, method="nuts", random_state=0, progress_bar=False, **NUTS).fit(X)
+    assert "log_likelihood" not in model.posterior_.children
+    with pytest.warns(UserWarning, match=r"all 50 rows needs their 3e\+04 draws x rows .*loo_subsample"):
+        got = loo(model, max_refits=0)
+    g = model.nuts_.gaussians()
+    pointwise = _draw_logpdf(np.asarray(g.loadings), np.asarray(g.noise), np.asarray(g.mean), X)
+    tree = from_dict({"posterior": {"sigma2": model.noise_variance_samples_},
+                      "log_likelihood": {"X": pointwise.reshape(2, 300, 50)}})
+    assert float(got.elpd) == pytest.approx(float(loo(tree, max_refits=0).elpd), rel=1e-10)
+
+
 def test_compare_n_components_passes_max_refits_to_each_loo():
     # The outlying row of the test above gives PSIS k-hat > 0.7 at every k; with max_refits=0 no k is
     # refitted: each k's elpd is PSIS-LOO of its own fit, and its warning names the option.

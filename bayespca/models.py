@@ -54,6 +54,11 @@ Identification. ``W`` is identified only up to ``W R`` (``R`` orthogonal).
     ``"W_log_diag"``). ``W = L Q`` with ``Q`` orthogonal has volume element
     ``prod_j L_jj^(k-1-j)`` (0-based ``j``), included for rotation-invariant
     priors, so the posterior of ``W W^T`` is that of the unconstrained model.
+    For a prior that samples ``W``'s entries itself (the horseshoe, whose
+    default this is) it is a constraint of the model instead: ``W_{p_i l} =
+    0`` for ``l > i``, with anchor features ``p = anchors`` (default the
+    first ``k``; the runners pass :func:`pivot_anchors` of the
+    maximum-likelihood loadings) and the prior on the other entries.
 ``"none"`` and ``"procrustes"``
     ``W`` sampled from its prior in the prior's own coordinates (site
     ``"W"``, or the horseshoe's sites); ``"procrustes"`` only tells the NUTS
@@ -108,7 +113,9 @@ __all__ = [
     "factor_analysis",
     "identification_for",
     "initial_values",
+    "lower_entries",
     "lower_triangular",
+    "pivot_anchors",
     "draws_marginal_log_likelihood",
     "marginal_log_likelihood",
     "ppca",
@@ -133,8 +140,9 @@ EXPANSION_CONCENTRATION = 8.0
 def identification_for(identification: str | None, noise: str, loadings: Any) -> str:
     """The identification to sample with: the requested one, checked, or the default for the model.
 
-    Priors that sample ``W`` only in their own coordinates (the horseshoe)
-    take ``"none"``; asking them for another is a ValueError.
+    Priors that sample ``W``'s entries themselves (the horseshoe) take the
+    first identification they list; asking them for one they do not list is
+    a ValueError.
 
     Examples
     --------
@@ -152,7 +160,7 @@ def identification_for(identification: str | None, noise: str, loadings: Any) ->
     if identification not in allowed:
         raise ValueError(
             f"identification must be None or one of {list(allowed)} with the {type(loadings).__name__} "
-            f"prior (it samples W in its own coordinates); got {identification!r}."
+            f"prior (it samples W's entries itself); got {identification!r}."
         )
     return identification
 
@@ -185,8 +193,9 @@ def expansion_log_density(chol: jax.Array) -> jax.Array:
     return -EXPANSION_CONCENTRATION * (jnp.sum(chol * chol) - 2.0 * jnp.sum(jnp.log(jnp.diag(chol))) - k)
 
 
-def lower_triangular(w: np.ndarray) -> np.ndarray:
-    """``W Q`` lower triangular with positive diagonal (same ``W W^T``), from the QR of ``W^T``.
+def lower_triangular(w: np.ndarray, anchors: Any = None) -> np.ndarray:
+    """``W Q`` (same ``W W^T``) whose anchor rows (None: the first ``k``) form a lower-triangular
+    block with positive diagonal, from the QR of their transpose.
 
     Examples
     --------
@@ -194,9 +203,46 @@ def lower_triangular(w: np.ndarray) -> np.ndarray:
     >>> bool(np.allclose(lt @ lt.T, [[1, 1, 0], [1, 2, 2], [0, 2, 4]])), abs(float(lt[0, 1]))
     (True, 0.0)
     """
-    _, r = np.linalg.qr(np.asarray(w).T)
-    lt = r.T
-    return lt * np.where(np.diag(lt) < 0, -1.0, 1.0)
+    w = np.asarray(w)
+    rows = np.arange(w.shape[1]) if anchors is None else np.asarray(anchors, dtype=int)
+    q, r = np.linalg.qr(w[rows].T)
+    return (w @ q) * np.where(np.diag(r) < 0, -1.0, 1.0)
+
+
+def lower_entries(d: int, k: int, anchors: Any = None) -> np.ndarray:
+    """The entries of a (d, k) ``W`` the lower-triangular identification leaves free: all but
+    ``(p_i, l)``, ``l > i``, for the anchors ``p`` (None: ``0..k-1``, so ``j >= l``).
+
+    Examples
+    --------
+    >>> lower_entries(3, 2).astype(int).tolist()
+    [[1, 0], [1, 1], [1, 1]]
+    >>> lower_entries(3, 2, anchors=(2, 0)).astype(int).tolist()
+    [[1, 1], [1, 1], [1, 0]]
+    """
+    free = np.ones((d, k), bool)
+    for i, row in enumerate(range(k) if anchors is None else anchors):
+        free[int(row), i + 1:] = False
+    return free
+
+
+def pivot_anchors(w: np.ndarray, noise: np.ndarray) -> tuple[int, ...]:
+    """The anchor features of the triangular identification: QR with column pivoting of ``(Psi^{-1/2} W)^T``.
+
+    The first anchor is the row of ``Psi^{-1/2} W`` with the largest norm,
+    each next one the row with the largest part orthogonal to those before:
+    the rows that pin the rotation of ``W`` best, in units of the noise.
+    The choice does not change under ``W -> W R`` (``R`` orthogonal).
+
+    Examples
+    --------
+    >>> pivot_anchors(np.array([[0.1, 0.0], [3.0, 0.0], [1.0, 1.0]]), np.ones(3))
+    (1, 2)
+    """
+    from scipy.linalg import qr
+
+    scaled = np.asarray(w) / np.sqrt(np.asarray(noise, dtype=float))[:, None]
+    return tuple(int(j) for j in qr(scaled.T, pivoting=True)[2][: scaled.shape[1]])
 
 
 def _polar_loadings(prior, d, k, noise, n, row_scale, active, last_scale):
@@ -279,7 +325,7 @@ def _lower_triangular_loadings(prior, d, k, noise, n):
 
 def initial_values(
     identification: str, prior: Any, g: LowRankGaussian, noise: str, n: int, row_scale: Any = None,
-    active: int | None = None, last_scale: float | None = None,
+    active: int | None = None, last_scale: float | None = None, reparam: Any = None, anchors: Any = None,
 ) -> dict:
     """Constrained values of every latent site that give the parameters ``g`` (a start for NUTS or SVI).
 
@@ -302,6 +348,11 @@ def initial_values(
     last_scale : float, optional
         The model's ``last_column_scale`` (polar only): the last column's
         Cartesian start ``l_k u_k / tau`` and the gaps of the squared scales.
+    reparam : bayespca.priors.HorseshoeReparam, optional
+        The model's ``reparam``: the entries it samples centred start at
+        ``W / standard_error``.
+    anchors : sequence of int, optional
+        The model's ``anchors`` (the horseshoe's triangle).
 
     Returns
     -------
@@ -328,6 +379,10 @@ def initial_values(
         if active is not None:  # the standard normal sites of the inactive columns, at their mode
             values["Z"][:, active:] = 0.0
             values["log_gaps"][active:] = 0.0
+    elif identification == "lower_triangular" and prior.samples_entries:
+        w = lower_triangular(w, anchors)
+        values.update(prior.start(w, psi, n, reparam, free=lower_entries(*w.shape, anchors)))
+        return values
     elif identification == "lower_triangular":
         w = lower_triangular(w)
         d, k = w.shape
@@ -335,6 +390,8 @@ def initial_values(
         values["W_log_diag"] = np.log(np.maximum(np.diag(w), 1e-6))
     if identification in ("polar", "lower_triangular"):
         values.update({name: v for name, v in prior.start(w, psi, n).items() if name != "W"})
+    elif prior.samples_entries:
+        values.update(prior.start(w, psi, n, reparam))
     else:
         values.update(prior.start(w, psi, n))
     return values
@@ -517,7 +574,7 @@ def _shape(X, suff_stats, n_samples, n_features, latent, subsample_size):
 
 def _low_rank_model(
     X, *, noise, n_components, n_samples, n_features, latent, prior, identification, subsample_size,
-    suff_stats, has_missing, reparam, refine_precision, active_components, last_column_scale,
+    suff_stats, has_missing, reparam, refine_precision, active_components, last_column_scale, anchors,
 ):
     """The model behind :func:`ppca` (isotropic noise) and :func:`factor_analysis`."""
     if latent not in _LATENTS:
@@ -533,13 +590,13 @@ def _low_rank_model(
     ident = identification_for(identification, noise, p.loadings)
     if X is None and suff_stats is None:
         ident = "none"  # prior predictive: W from its prior (see the module docstring)
-    _check_chart(ident, p.loadings, k, active_components, last_column_scale)
+    _check_chart(ident, p.loadings, (d, k), active_components, last_column_scale, anchors)
     if noise == "isotropic":
         sigma = numpyro.sample("sigma", p.noise)
         psi = jnp.full(d, sigma**2)
     else:
         psi = numpyro.sample("psi", p.noise)
-    chart = (active_components, last_column_scale)
+    chart = (active_components, last_column_scale, anchors)
     W = _loadings(p.loadings, ident, d, k, psi, scales, noise == "isotropic", reparam, chart)
     g = LowRankGaussian(W, psi, numpyro.sample("mu", p.mean))
     if suff_stats is not None:
@@ -552,14 +609,27 @@ def _loadings(prior, ident, d, k, psi, scales, isotropic, reparam, chart):
     """``W`` (d, k) in the chart ``ident``: a deterministic site of the polar and triangular charts."""
     if ident == "polar":
         row_scale = jnp.ones(d) if isotropic else scales.sd
-        return numpyro.deterministic("W", _polar_loadings(prior, d, k, psi, scales.n, row_scale, *chart))
+        return numpyro.deterministic("W", _polar_loadings(prior, d, k, psi, scales.n, row_scale, *chart[:2]))
+    if ident == "lower_triangular" and prior.samples_entries:
+        return prior.sample(d, k, psi, scales.n, reparam, free=lower_entries(d, k, chart[2]))
     if ident == "lower_triangular":
         return numpyro.deterministic("W", _lower_triangular_loadings(prior, d, k, psi, scales.n))
     return prior.sample(d, k, psi, scales.n, reparam)
 
 
-def _check_chart(ident, loadings, k, active_components, last_column_scale):
-    """A ValueError where ``active_components`` or ``last_column_scale`` is set outside the polar chart."""
+def _check_chart(ident, loadings, shape, active_components, last_column_scale, anchors):
+    """A ValueError where ``active_components`` or ``last_column_scale`` is set outside the polar chart,
+    or ``anchors`` outside the horseshoe's triangle or not ``k`` distinct features."""
+    d, k = shape
+    if anchors is not None and (ident != "lower_triangular" or not loadings.samples_entries):
+        raise ValueError(
+            "anchors needs identification='lower_triangular' and a prior that samples W's entries "
+            f"(Horseshoe); got identification={ident!r}, prior {type(loadings).__name__}."
+        )
+    if anchors is not None:
+        given = np.ravel(anchors).tolist()
+        if len(given) != k or len(set(given)) != k or not all(type(a) is int and 0 <= a < d for a in given):
+            raise ValueError(f"anchors must be {k} distinct integer features in [0, {d}); got {anchors!r}.")
     if active_components is not None and (ident != "polar" or not loadings.rotation_invariant):
         raise ValueError(
             "active_components needs identification='polar' and a rotation-invariant loadings prior "
@@ -619,8 +689,8 @@ _MODEL_PARAMETERS = """
         defaults of :mod:`bayespca.priors`, computed from the data (or from
         ``suff_stats``).
     identification : {None, "polar", "lower_triangular", "procrustes", "none"}, optional
-        Coordinates of ``W`` (module docstring); None: ``"polar"`` for pPCA,
-        ``"lower_triangular"`` for FA, ``"none"`` for the horseshoe.
+        Coordinates of ``W`` (module docstring); None: ``"polar"``, and
+        ``"lower_triangular"`` for the horseshoe.
     subsample_size : int, optional
         Minibatch size for SVI: the plate ``"obs"`` subsamples rows and
         scales their log-likelihood by ``n / subsample_size``.
@@ -658,13 +728,17 @@ _MODEL_PARAMETERS = """
         runner's choice where the polar chains fail on the smallest
         eigenvalue of ``W W^T``). The last entry of ``"log_gaps"`` is then
         a standard normal site that reaches nothing.
+    anchors : sequence of int or None, default=None
+        With ``identification="lower_triangular"`` and the horseshoe: the
+        ``k`` distinct features ``p_1..p_k`` with ``W_{p_i l} = 0`` for
+        ``l > i``; None: the first ``k``.
 """
 
 
 def ppca(
     X=None, *, n_components, n_samples=None, n_features=None, latent="marginal", prior=None,
     identification=None, subsample_size=None, suff_stats=None, has_missing=None, reparam=None,
-    refine_precision=True, active_components=None, last_column_scale=None,
+    refine_precision=True, active_components=None, last_column_scale=None, anchors=None,
 ):
     """Probabilistic PCA (Tipping & Bishop, 1999) as a NumPyro model.
 
@@ -693,14 +767,14 @@ def ppca(
         latent=latent, prior=prior, identification=identification, subsample_size=subsample_size,
         suff_stats=suff_stats, has_missing=has_missing, reparam=reparam,
         refine_precision=refine_precision, active_components=active_components,
-        last_column_scale=last_column_scale,
+        last_column_scale=last_column_scale, anchors=anchors,
     )
 
 
 def factor_analysis(
     X=None, *, n_components, n_samples=None, n_features=None, latent="marginal", prior=None,
     identification=None, subsample_size=None, suff_stats=None, has_missing=None, reparam=None,
-    refine_precision=True, active_components=None, last_column_scale=None,
+    refine_precision=True, active_components=None, last_column_scale=None, anchors=None,
 ):
     """Factor analysis as a NumPyro model.
 
@@ -725,7 +799,7 @@ def factor_analysis(
         latent=latent, prior=prior, identification=identification, subsample_size=subsample_size,
         suff_stats=suff_stats, has_missing=has_missing, reparam=reparam,
         refine_precision=refine_precision, active_components=active_components,
-        last_column_scale=last_column_scale,
+        last_column_scale=last_column_scale, anchors=anchors,
     )
 
 

@@ -404,7 +404,8 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         ``W W^T``, ``log_lik`` (total log-likelihood) -- meaningful under any
         identification -- then ``W`` (meaningful when identified, see
         ``identification_``), ``alpha`` with ``prior="ard"`` and
-        ``inclusion`` (``1 - kappa`` per loading) with ``prior="horseshoe"``.
+        ``inclusion`` (``1 - kappa`` per loading) with ``prior="horseshoe"``;
+        the lower-triangular identification's structural zeros left out.
         Columns from
         ``arviz.summary``: mean, sd, equal-tailed interval, ess_bulk,
         ess_tail, r_hat, mcse.
@@ -420,9 +421,16 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         # One variable at a time: ArviZ 1.3's summary of several variables flattens W in
         # (component, feature) order but labels it (feature, component) once a variable
         # with only the component dim precedes it.
-        summaries = [arviz_stats.summary(self.posterior_, var_names=[v], ci_kind="eti", ci_prob=ci_prob)
-                     for v in names]
-        return pd.concat(summaries)
+        with np.errstate(divide="ignore", invalid="ignore"):  # constant draws: the structural zeros
+            summaries = [arviz_stats.summary(self.posterior_, var_names=[v], ci_kind="eti", ci_prob=ci_prob)
+                         for v in names]
+        table = pd.concat(summaries)
+        if self.identification_ != "lower_triangular":
+            return table
+        structural = np.all(np.asarray(self.posterior_["posterior"]["W"]) == 0.0, axis=(0, 1))
+        rows, cols = np.nonzero(structural)
+        zeros = [f"{v}[{j}, {c}]" for j, c in zip(rows, cols, strict=True) for v in ("W", "inclusion")]
+        return table.drop(index=zeros, errors="ignore")
 
     def _check_nuts(self, what):
         check_is_fitted(self, "gaussian_")
@@ -709,10 +717,16 @@ class PPCA(_LowRankGaussianModel):
         ``W`` (:class:`bayespca.priors.Horseshoe`; method ``"nuts"``, where
         ``target_accept_prob`` defaults to 0.99, or ``"svi"`` with
         ``guide="normal"`` or ``"lowrank"``). ``W`` is then not rotated to a
-        canonical basis: the prior picks the sparse one, and its columns are
-        ordered by decreasing norm, each with its largest entry positive.
+        canonical basis: by default it has the horseshoe's triangular
+        structure (``identification_`` ``"lower_triangular"``: anchor features
+        ``p_1..p_k`` chosen from the maximum-likelihood loadings, with
+        ``W_{p_i l} = 0`` for ``l > i``, exact zeros of ``loadings_``; see
+        :class:`bayespca.priors.Horseshoe`); with ``identification="none"``
+        the prior alone picks the rotation, and the columns are ordered by
+        decreasing norm, each with its largest entry positive.
     identification : {None, "polar", "lower_triangular", "procrustes", "none"}, default=None
-        How NUTS identifies ``W`` (None: ``"polar"``; for FactorAnalysis in
+        How NUTS identifies ``W`` (None: ``"polar"``, or ``"lower_triangular"``
+        with the horseshoe, which takes that or ``"none"`` only; for FactorAnalysis in
         the features' standard-deviation units, with draws reported in
         factanal's orientation, ``W^T Psi^-1 W`` diagonal and decreasing);
         see :mod:`bayespca.models`. With None, FactorAnalysis chains move in
@@ -729,7 +743,7 @@ class PPCA(_LowRankGaussianModel):
     target_accept_prob : float or None, default=None
         NUTS target acceptance rate; None: 0.99 with the horseshoe prior (whose
         funnels make smaller steps necessary; measured 6-12 divergences at
-        0.95, none at 0.99; standardised wine, k = 2, still 31 at 0.99), else 0.9.
+        0.95, none at 0.99), else 0.9.
     padded_components : int or None, default=None
         NUTS: sample ``W`` with this many columns (``n_components`` to
         ``n_features``), those past ``n_components`` held at 0: the same

@@ -122,11 +122,23 @@ def test_inclusion_separates_support(fixture, data, request):
     assert inclusion[w != 0].min() > 0.95
 
 
-def test_summary_reports_inclusion(ppca_nuts):
+def test_summary_reports_inclusion(ppca_nuts, data):
+    """The free entries' inclusion in the table. The triangle's one structural zero at k = 2 is the
+    first anchor's loading on the second column; that anchor is the row of largest norm of the ML
+    loadings (scikit-learn's PCA: ``V (Lambda - sigma^2)^{1/2}``), neither in the table nor included."""
+    from sklearn.decomposition import PCA
+
+    X, _ = data
+    pca = PCA(K).fit(X)
+    ml = pca.components_.T * np.sqrt(pca.explained_variance_ * (N - 1) / N - pca.noise_variance_)
+    anchor = int(np.argmax(np.linalg.norm(ml, axis=1)))
     table = ppca_nuts.summary()
-    rows = [f"inclusion[{j}, {c}]" for j in range(D) for c in range(K)]
-    assert np.allclose(table.loc[rows, "mean"].to_numpy(float).reshape(D, K), ppca_nuts.inclusion_, atol=1e-2)
-    assert ppca_nuts.identification_ == "signed_permutation"
+    free = [(j, c) for j in range(D) for c in range(K) if (j, c) != (anchor, 1)]
+    got = table.loc[[f"inclusion[{j}, {c}]" for j, c in free], "mean"].to_numpy(float)
+    np.testing.assert_allclose(got, [ppca_nuts.inclusion_[j, c] for j, c in free], atol=1e-2)
+    assert f"inclusion[{anchor}, 1]" not in table.index and f"W[{anchor}, 1]" not in table.index
+    assert ppca_nuts.identification_ == "lower_triangular"
+    assert ppca_nuts.inclusion_[anchor, 1] == 0.0 and ppca_nuts.loadings_[anchor, 1] == 0.0
 
 
 def test_tau0_gives_p0_expected_nonzeros():
@@ -182,7 +194,7 @@ def test_bad_combinations(data):
         PPCA(K, prior="horseshoe").fit(X)
     with pytest.raises(ValueError, match="guide must be 'normal' or 'lowrank'.*got guide='delta'"):
         PPCA(K, method="svi", prior="horseshoe").fit(X)
-    with pytest.raises(ValueError, match="identification must be None or one of \\['none'\\].*got 'polar'"):
+    with pytest.raises(ValueError, match="one of \\['lower_triangular', 'none'\\].*got 'polar'"):
         PPCA(K, method="nuts", prior="horseshoe", identification="polar").fit(X)
     with pytest.raises(ValueError, match="rotation must be None with prior='horseshoe'.*'varimax'"):
         FactorAnalysis(K, method="svi", guide="normal", prior="horseshoe", rotation="varimax").fit(X)
@@ -191,17 +203,22 @@ def test_bad_combinations(data):
 def test_nuts_potential_matches_numpyro_model(ppca_nuts, data):
     """The runner's reparameterised model (loadings the data pin down sampled centred, in
     Laplace-free unit coordinates) and NumPyro's NUTS on the plain model function (all
-    loadings non-centred) target the same posterior."""
+    loadings non-centred) target the same posterior, the model given the anchors of the
+    ML loadings (here from scikit-learn) as the runner pivots them."""
     import functools
 
     import jax
     from numpyro.infer import MCMC, NUTS
+    from sklearn.decomposition import PCA
 
-    from bayespca.models import ppca
+    from bayespca.models import pivot_anchors, ppca
     from bayespca.statistics import sufficient_statistics
 
     X, _ = data
-    model = functools.partial(ppca, n_components=K, prior="horseshoe")
+    pca = PCA(K).fit(X)
+    ml = pca.components_.T * np.sqrt(pca.explained_variance_ * (N - 1) / N - pca.noise_variance_)
+    anchors = pivot_anchors(ml, np.full(D, pca.noise_variance_))
+    model = functools.partial(ppca, n_components=K, prior="horseshoe", anchors=anchors)
     mcmc = MCMC(NUTS(model, target_accept_prob=0.95), num_warmup=300, num_samples=300, progress_bar=False)
     mcmc.run(jax.random.key(3), suff_stats=sufficient_statistics(X))
     draws = mcmc.get_samples()

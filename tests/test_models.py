@@ -291,7 +291,14 @@ def test_subsampled_plate_scales_the_likelihood():
             r"event shape \(3,\), which is not a suffix",
         ),
         ({"n_components": 2, "prior": "horseshoe", "identification": "polar"}, ValueError,
-         "identification must be None or one of \\['none'\\] with the Horseshoe prior"),
+         "identification must be None or one of \\['lower_triangular', 'none'\\] with the Horseshoe prior"),
+        ({"n_components": 2, "prior": "horseshoe", "anchors": (1, 1)}, ValueError,
+         "anchors must be 2 distinct integer features in \\[0, 5\\); got \\(1, 1\\)"),
+        ({"n_components": 2, "prior": "horseshoe", "anchors": (0, 5)}, ValueError,
+         "in \\[0, 5\\); got \\(0, 5\\)"),
+        ({"n_components": 2, "prior": "horseshoe", "anchors": (0,)}, ValueError, "must be 2 distinct"),
+        ({"n_components": 2, "anchors": (0, 1)}, ValueError,
+         "anchors needs identification='lower_triangular' and a prior that samples W's entries"),
     ],
 )
 def test_bad_arguments_are_named(kwargs, error, match):
@@ -389,3 +396,47 @@ def test_draws_marginal_log_likelihood_is_each_draws_sum_over_rows(backend):
     got = draws_marginal_log_likelihood(draws, sufficient_statistics(X))
     assert isinstance(got, np.ndarray) == (backend == "numpy")
     np.testing.assert_allclose(np.asarray(got), reference, rtol=1e-10)
+
+
+def test_pivot_anchors_are_the_rows_left_largest_in_turn_whatever_the_rotation():
+    """Written out: each anchor is the row of ``Psi^{-1/2} W`` with the largest part orthogonal to the
+    anchors before it; a rotation of ``W`` changes none of them."""
+    from bayespca.models import pivot_anchors
+
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=(9, 3)) * [3.0, 2.0, 1.0]
+    psi = rng.uniform(0.5, 2.0, 9)
+    scaled = w / np.sqrt(psi)[:, None]
+    chosen, basis = [], np.zeros((3, 0))
+    for _ in range(3):
+        residual = scaled - scaled @ basis @ basis.T
+        j = int(np.argmax(np.linalg.norm(residual, axis=1)))
+        chosen.append(j)
+        basis = np.column_stack([basis, residual[j] / np.linalg.norm(residual[j])])
+    rotation = np.linalg.qr(rng.normal(size=(3, 3)))[0]
+    assert pivot_anchors(w, psi) == tuple(chosen) == pivot_anchors(w @ rotation, psi)
+
+
+def test_horseshoe_triangle_start_gives_the_ml_loadings_with_zeros_at_the_anchors():
+    """The horseshoe's start on anchors (2, 0), through the model's own transforms: W W^T of the ML
+    loadings, ``W_{2,1} = W_{2,2} = W_{0,2} = 0``, and the triangle's other entries all free."""
+    from numpyro.infer.util import constrain_fn, unconstrain_fn
+
+    from bayespca.models import initial_values, lower_entries
+    from bayespca.priors import Horseshoe
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(200, 3)) @ rng.normal(size=(3, 6)) + 0.3 * rng.normal(size=(200, 6))
+    w = np.linalg.svd(X - X.mean(0), full_matrices=False)[2][:3].T * 2.0
+    g = LowRankGaussian(w, np.full(6, 0.1), X.mean(0))
+    anchors = (2, 0, 5)
+    kwargs = {"n_components": 3, "prior": "horseshoe", "suff_stats": sufficient_statistics(X),
+              "anchors": anchors}
+    loadings = resolve(as_priors("horseshoe"), "isotropic", data_scales(X)).loadings
+    assert isinstance(loadings, Horseshoe)
+    values = initial_values("lower_triangular", loadings, g, "isotropic", 200, anchors=anchors)
+    theta = unconstrain_fn(ppca, (), kwargs, values)
+    back = np.asarray(constrain_fn(ppca, (), kwargs, theta, return_deterministic=True)["W"])
+    np.testing.assert_allclose(back @ back.T, w @ w.T, atol=1e-10)
+    assert back[2, 1] == back[2, 2] == back[0, 2] == 0.0
+    assert values["W_z"].size == lower_entries(6, 3, anchors).sum() == 18 - 3

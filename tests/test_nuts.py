@@ -89,7 +89,10 @@ def _reference_log_posterior(kind, identification, prior, theta, X):
         psi = np.exp(theta["psi"])
         u = 1.0 / np.diag(np.linalg.inv(np.cov(X.T, bias=True)))  # residual variance on the others
         lp += (stats.invgamma(2.5, scale=1.5 * u).logpdf(psi) + theta["psi"]).sum()
-    if identification == "polar":
+    if prior == "horseshoe":
+        lp += _reference_horseshoe(identification, theta, np.sqrt(psi.mean()), n, d, overall)
+        w = _reference_horseshoe_loadings(identification, theta, np.sqrt(psi.mean()), n, d, overall)
+    elif identification == "polar":
         z = theta["Z"]
         u = z @ np.linalg.inv(np.linalg.cholesky(z.T @ z)).T
         gaps = np.exp(theta["log_gaps"])
@@ -106,7 +109,9 @@ def _reference_log_posterior(kind, identification, prior, theta, X):
         lp += theta["W_log_diag"].sum() + theta["W_log_diag"][0]  # Jacobian, then QR volume L_00^(k-1)
     else:
         w = theta["W"]
-    if isinstance(prior, ARD):
+    if prior == "horseshoe":
+        pass  # its density is that of its unit-free sites, above
+    elif isinstance(prior, ARD):
         alpha = np.exp(theta["alpha"])
         lp += (stats.gamma(1.0, scale=1.0 / (1e-2 * overall**2)).logpdf(alpha) + theta["alpha"]).sum()
         lp += stats.norm(0.0, 1.0 / np.sqrt(alpha)).logpdf(w).sum()
@@ -118,9 +123,39 @@ def _reference_log_posterior(kind, identification, prior, theta, X):
     return lp + stats.multivariate_normal(theta["mu"], w @ w.T + np.diag(psi)).logpdf(X).sum()
 
 
+def _reference_horseshoe(identification, theta, sigma, n, d, overall):
+    """The regularised horseshoe's unit-free sites (Piironen & Vehtari, non-centred), with SciPy:
+    z ~ N(0, 1), lambda ~ C+(0, 1), tau / tau_0 ~ C+(0, 1), c^2 / s^2 ~ InvGamma(2, 2), each
+    positive one sampled as its log (Jacobian)."""
+    lp = stats.norm().logpdf(theta["W_z"]).sum()
+    lp += (stats.halfcauchy().logpdf(np.exp(theta["W_lambda"])) + theta["W_lambda"]).sum()
+    lp += stats.halfcauchy().logpdf(np.exp(theta["W_tau"])) + theta["W_tau"]
+    return lp + stats.invgamma(2.0, scale=2.0).logpdf(np.exp(theta["W_c2"])) + theta["W_c2"]
+
+
+def _reference_horseshoe_loadings(identification, theta, sigma, n, d, overall):
+    """W = tau lambda~ z, tau = p0 / (d - p0) sigma / sqrt(n) tau_g, p0 = d / 4; lower triangular:
+    the sites fill the entries j >= l row by row, the others 0."""
+    p0 = max(1.0, d / 4.0)
+    tau = p0 / (d - p0) * sigma / np.sqrt(n) * np.exp(theta["W_tau"])
+    c2 = overall**2 * np.exp(theta["W_c2"])
+    lam2 = np.exp(2 * theta["W_lambda"])
+    free = tau * np.sqrt(c2 * lam2 / (c2 + tau**2 * lam2)) * theta["W_z"]
+    if identification == "none":
+        return free
+    w = np.zeros((d, 2))
+    rows = [(j, c) for j in range(d) for c in range(2) if j >= c]
+    for (j, c), value in zip(rows, free, strict=True):
+        w[j, c] = value
+    return w
+
+
 @pytest.mark.parametrize(
     ("kind", "identification", "prior"),
     [
+        ("ppca", "lower_triangular", "horseshoe"),
+        ("ppca", "none", "horseshoe"),
+        ("fa", "lower_triangular", "horseshoe"),
         ("ppca", "polar", None),
         ("ppca", "lower_triangular", None),
         ("ppca", "none", None),

@@ -89,8 +89,10 @@ after rotating each draw to ``factanal``'s orientation, ``W^T Psi^{-1} W``
 diagonal and decreasing: a function of ``W W^T`` and ``Psi``, so identified,
 and the orientation of the ML loadings it is compared with),
 ``"procrustes"`` rotates each draw onto them
-(:func:`bayespca.rotations.procrustes`), and the horseshoe aligns draws by
-signed permutations of the columns (:meth:`bayespca.priors.Horseshoe.align`,
+(:func:`bayespca.rotations.procrustes`). The horseshoe's triangle on pivoted
+anchors (:func:`bayespca.models.pivot_anchors`) leaves each column's sign,
+fixed as ``"polar"`` fixes it; with ``"none"`` it aligns draws by signed
+permutations of the columns (:meth:`bayespca.priors.Horseshoe.align`,
 recorded as ``"signed_permutation"``).
 """
 
@@ -124,7 +126,9 @@ from bayespca.models import (
     draws_marginal_log_likelihood,
     identification_for,
     initial_values,
+    lower_triangular,
     marginal_log_likelihood,
+    pivot_anchors,
 )
 from bayespca.params import as_key, check_number, check_sampler_options
 from bayespca.posterior import converged, worst_convergence, worst_of
@@ -151,8 +155,11 @@ enable_compilation_cache()
 
 # Above this many sampled parameters the Hessian (p x p) is not formed.
 _MAX_LAPLACE_SIZE = 2000
-# A horseshoe loading is sampled centred when its start is this many standard errors from 0.
-_CENTRED_AT = 4.0
+# A horseshoe loading is sampled centred when its start is this many standard errors from 0. Nearer,
+# the horseshoe can still shrink it to 0, a funnel in centred form: at 4, raw iris and standardised
+# wine, k = 3 and 4, gave 2-8 divergent transitions in 4 x 500 draws (the entries the draws shrank
+# at each one); at 8, none (seeds 0-2).
+_CENTRED_AT = 8.0
 # Laplace sd of a log gap between FA's polar scales above which chains that fail the convergence
 # check run again in W's own coordinates (diabetes and wine, 5 factors or more: 0.32-0.5; the
 # well-mixing cells of 4 factors or fewer: at most 0.26).
@@ -1220,7 +1227,7 @@ def fit_nuts(
     identification = identification_for(spec.identification, noise, loadings)
 
     ml = _ml_start(prepared, spec, units)
-    reference_w, reparam = _reference(ml, identification, loadings, noise, n)
+    reference_w, reparam, anchors = _reference(ml, identification, loadings, noise, n)
     start_point = LowRankGaussian(reference_w, np.asarray(ml.noise), np.asarray(ml.mean))
     # D of FA's polar map: the features' sds, as the model computes them from the same statistics.
     row_scale = np.asarray(scales.sd) if noise == "diagonal" else None
@@ -1229,7 +1236,9 @@ def fit_nuts(
     columns = _columns(padded_components, k, identification, loadings)
     run = (num_warmup, num_samples, num_chains, chain_method, target_accept_prob, dense_mass, progress_bar)
     ahead = functools.partial(_compile_ahead, run, key, _KEPT_SITES)
-    search, static, init_scale = _preconditioned(noise, columns, identification, loadings, data, start, ahead)
+    search, static, init_scale = _preconditioned(
+        noise, columns, identification, loadings, data, start, ahead, anchors
+    )
     shape = (num_chains, num_samples)
     report = (identification, reference_w, start_point, noise, k)
     sites, sample_stats, chains = _sample(static, data, run, key, init_scale, _KEPT_SITES, search)
@@ -1318,26 +1327,27 @@ def continue_chains(chains: Chains, draws: Draws, num_samples: int, progress_bar
 
 
 def _reference(ml: LowRankGaussian, identification: str, loadings: Any, noise: str, n: int) -> tuple:
-    """``W`` of the ML fit in the orientation of the reported draws, and the horseshoe's reparam (or None).
+    """``W`` of the ML fit in the orientation of the reported draws, and the horseshoe's reparam and
+    anchors (or None).
 
-    Under the horseshoe the start is near a sparse mode (varimax, the orthogonal rotation of simple
-    structure), and each loading more than :data:`_CENTRED_AT` standard errors ``sqrt(psi_j / n)``
-    from 0 there is sampled centred.
+    Under the horseshoe the start is triangular on the anchors pivoted from it, or with ``"none"``
+    near a sparse mode (varimax, the orthogonal rotation of simple structure), and each loading more
+    than :data:`_CENTRED_AT` standard errors ``sqrt(psi_j / n)`` from 0 there is sampled centred.
     """
     w = np.asarray(ml.loadings)
     if isinstance(loadings, prior_classes.Horseshoe):
         from bayespca.rotations import rotate
 
-        w = np.asarray(rotate(w, "varimax").loadings)
+        anchors = pivot_anchors(w, ml.noise) if identification == "lower_triangular" else None
+        w = np.asarray(rotate(w, "varimax").loadings if anchors is None else lower_triangular(w, anchors))
         standard_error = np.sqrt(np.asarray(ml.noise) / n)[:, None]
-        return w, prior_classes.HorseshoeReparam(np.abs(w) > _CENTRED_AT * standard_error, standard_error)
+        centred = np.abs(w) > _CENTRED_AT * standard_error
+        return w, prior_classes.HorseshoeReparam(centred, standard_error), anchors
     if identification == "lower_triangular":
-        from bayespca.models import lower_triangular
-
-        return lower_triangular(w), None
+        return lower_triangular(w), None, None
     if identification == "polar" and noise == "diagonal":
-        return np.asarray(canonical_loadings(ml).loadings), None
-    return w, None
+        return np.asarray(canonical_loadings(ml).loadings), None, None
+    return w, None, None
 
 
 def _last_scale_stuck(draws: Draws, identification, noise, k, loadings, reparam) -> bool:
@@ -1403,7 +1413,7 @@ def _padded(g: LowRankGaussian, width: int) -> LowRankGaussian:
     return g._replace(loadings=np.pad(w, ((0, 0), (0, width - w.shape[1]))))
 
 
-def _preconditioned(noise, columns, identification, loadings, data, start, ahead=None) -> tuple:
+def _preconditioned(noise, columns, identification, loadings, data, start, ahead=None, anchors=None) -> tuple:
     """The sampler's configuration for ``identification``: sets ``data``'s start and Laplace factor.
 
     ``data["kwargs"]["last_column_scale"]`` chooses the polar chart's last column (None: polar,
@@ -1414,7 +1424,8 @@ def _preconditioned(noise, columns, identification, loadings, data, start, ahead
     ``(start_point, ml, row_scale, n, variances)``: the ML point in the reporting
     orientation, the ML fit, FA's polar ``D``, the number of rows and the features' variances.
     ``ahead(static, data)``, if given, starts compiling the sampler during the mode search
-    (:func:`_compile_ahead`). Returns the static configurations of the mode search and of
+    (:func:`_compile_ahead`). ``anchors``: the horseshoe's triangle (the model's option).
+    Returns the static configurations of the mode search and of
     the sampler (they differ only where the ML point needs the precision's refinement and the
     mode does not: FA's Heywood cases), and the scale of the chains' initial spread.
     """
@@ -1424,11 +1435,12 @@ def _preconditioned(noise, columns, identification, loadings, data, start, ahead
     reparam = data["kwargs"]["reparam"]
     padded = _padded(start_point, width)
     last_scale = data["kwargs"]["last_column_scale"]
-    values = initial_values(identification, loadings, padded, noise, n, row_scale, active, last_scale)
-    if reparam is not None:
-        centred = start_point.loadings / reparam.standard_error
-        values["W_z"] = np.where(reparam.centred, centred, values["W_z"])
+    values = initial_values(
+        identification, loadings, padded, noise, n, row_scale, active, last_scale, reparam, anchors
+    )
     options = (("identification", identification), ("n_components", width), _refinement(ml))
+    if anchors is not None and identification == "lower_triangular":
+        options = (("anchors", anchors), *options)
     theta = _unconstrained(_Static(MODELS[noise], options, ()), data, values)
     theta = {name: np.asarray(v, dtype=float) for name, v in sorted(theta.items())}
     static = _Static(MODELS[noise], options, tuple((name, v.shape) for name, v in theta.items()))
@@ -1542,7 +1554,10 @@ def _draws(sites, sample_stats, report: tuple, shape) -> Draws:
     else:
         psi = sites["psi"]
     prior_extra = {}
-    if "kappa" in sites:
+    if "kappa" in sites and identification == "lower_triangular":
+        w = align_signs(w, reference_w)  # not by W_ll's sign: a factor's W_ll may be near 0
+        prior_extra["kappa"] = sites["kappa"].reshape(*shape, d, k)
+    elif "kappa" in sites:
         w, kappa = prior_classes.Horseshoe.align(w, sites["kappa"], reference_w)
         prior_extra["kappa"] = kappa.reshape(*shape, d, k)
         identification = "signed_permutation"

@@ -69,7 +69,14 @@ from bayespca.gaussian import LowRankGaussian, canonical_loadings, log_likelihoo
 from bayespca.inference.closed_form import check_rows_leave_noise
 from bayespca.inference.contract import Draws, Fit, ModelSpec
 from bayespca.linalg import centred_scatter
-from bayespca.models import MODELS, marginal_log_likelihood
+from bayespca.models import (
+    MODELS,
+    identification_for,
+    lower_entries,
+    lower_triangular,
+    marginal_log_likelihood,
+    pivot_anchors,
+)
 from bayespca.params import GUIDES, as_generator, as_key, check_choice, check_number, check_svi_options
 from bayespca.statistics import (
     PATTERN_MULTIPLE,
@@ -366,8 +373,9 @@ def fit_svi(
     _check_horseshoe(horseshoe, guide, sampled_rows)
     std_priors, prior_jacobian = _standardised_priors(data_priors, noise, data.shift, data.scale, d, k)
     rng = as_generator(random_state)
-    model, sampler = _svi_model(prepared, spec, data.shift, data.scale, batch_size, sampled_rows, rng)
-    start = _start(data, spec, std_priors.loadings, init, horseshoe, rng, n)
+    structure = _structure(data, spec, data_priors.loadings) if horseshoe else None
+    model, sampler = _svi_model(prepared, spec, data, batch_size, sampled_rows, rng, structure)
+    start = _start(data, spec, std_priors.loadings, init, structure, rng, n)
     guide_kwargs = {"init_loc_fn": init_to_value(values=start)}
     if guide != "delta":
         # Posterior sds of standardised parameters are O(1/sqrt(n)).
@@ -382,8 +390,9 @@ def fit_svi(
     # a stochastic one is judged on longer windows and summarised by its
     # averaged iterates.
     stochastic = guide != "delta" or batch_size is not None
-    config = (noise, guide, None if use_stats else n, d, k, batch_size, prepared.missing is not None,
-              sampler is not None, num_steps, learning_rate, jax.tree_util.tree_structure(std_priors))
+    config = (noise, guide, None if use_stats else n, d, k, batch_size, structure,
+              prepared.missing is not None, sampler is not None, num_steps, learning_rate,
+              jax.tree_util.tree_structure(std_priors))
     # The LAPACK calls in the loop are small (k x k, or triangular solves with
     # k rows): threading them only adds synchronisation, and on a machine with
     # more busy threads than cores it made each call ~100x slower (measured).
@@ -399,7 +408,7 @@ def fit_svi(
             "lower learning_rate or use init='svd'."
         )
     params = averaged if stochastic else svi.get_params(state)
-    g, draws = _point_and_draws(auto_guide, params, data, noise, horseshoe, rng)
+    g, draws = _point_and_draws(auto_guide, params, data, noise, structure, rng)
     offset = _loss_offset(data, std_priors.loadings, prior_jacobian, guide, noise, k)
     details = SVIResult(auto_guide, params, noise, data.shift, data.scale)
     fit_ll = data.log_likelihood(g)
@@ -432,15 +441,21 @@ def _check_horseshoe(horseshoe: bool, guide: str, sampled_rows: bool) -> None:
         )
 
 
-def _svi_model(prepared, spec, shift, scale, batch_size, sampled_rows, rng):
-    """The NumPyro model in W's own coordinates, with its minibatches; and the row sampler of Dask data."""
+def _svi_model(prepared, spec, data, batch_size, sampled_rows, rng, structure):
+    """The NumPyro model, with its minibatches; and the row sampler of Dask data.
+
+    ``W`` in its own coordinates, or with the horseshoe ``structure``, the model's
+    ``(identification, anchors)``.
+    """
     n = prepared.n
+    identification, anchors = ("none", None) if structure is None else structure
     model = functools.partial(
-        MODELS[spec.noise], n_components=spec.n_components, identification="none", subsample_size=batch_size,
-        has_missing=prepared.missing is not None,
+        MODELS[spec.noise], n_components=spec.n_components, identification=identification, anchors=anchors,
+        subsample_size=batch_size, has_missing=prepared.missing is not None,
     )
     if sampled_rows:
-        sampler = _RowSample(prepared, shift, scale, min(n, max(_SAMPLE_ROWS, 20 * batch_size)), rng)
+        size = min(n, max(_SAMPLE_ROWS, 20 * batch_size))
+        sampler = _RowSample(prepared, data.shift, data.scale, size, rng)
         scaled = _with_rows_drawn_with_replacement(model, sampler.size, batch_size)
         return _LikelihoodScale(scaled, n / sampler.size), sampler
     if batch_size is not None:
@@ -448,20 +463,39 @@ def _svi_model(prepared, spec, shift, scale, batch_size, sampled_rows, rng):
     return model, None
 
 
-def _start(data: _Data, spec: ModelSpec, loadings_prior, init: str, horseshoe: bool, rng, n: int) -> dict:
-    """The guide's initial sites (standardised): closed-form pPCA, or small random loadings."""
+def _structure(data: _Data, spec: ModelSpec, loadings_prior) -> tuple:
+    """The horseshoe model's ``(identification, anchors)``: anchors pivoted from the closed-form
+    loadings, as the NUTS runner does (:func:`bayespca.models.pivot_anchors`)."""
+    ident = identification_for(spec.identification, spec.noise, loadings_prior)
+    if ident != "lower_triangular":
+        return ident, None
+    values = _initial_values(*data.spectrum, spec.n_components, spec.noise)
+    noise = values[_NOISE_SITE[spec.noise]] ** (2 if spec.noise == "isotropic" else 1)
+    return ident, pivot_anchors(values["W"], np.broadcast_to(noise, (data.shift.size,)))
+
+
+def _start(data: _Data, spec: ModelSpec, loadings_prior, init: str, horseshoe: tuple | None, rng, n) -> dict:
+    """The guide's initial sites (standardised): closed-form pPCA, or small random loadings.
+
+    ``horseshoe``: the horseshoe model's ``(identification, anchors)`` (None: another prior), whose
+    start is the loadings made triangular on the anchors, or rotated by varimax towards a sparse mode.
+    """
     noise, d = spec.noise, data.shift.size
     values = _initial_values(*data.spectrum, spec.n_components, noise)
     if init == "random":
         values["W"] = 0.1 * rng.standard_normal((d, spec.n_components))
         values[_NOISE_SITE[noise]] = np.ones(()) if noise == "isotropic" else np.ones(d)
     w0 = values.pop("W")
-    if horseshoe:
+    noise0 = np.broadcast_to(values[_NOISE_SITE[noise]] ** (2 if noise == "isotropic" else 1), (d,))
+    if horseshoe is not None and horseshoe[0] == "lower_triangular":
+        w0 = lower_triangular(w0, horseshoe[1])
+        values.update(loadings_prior.start(w0, noise0, n, free=lower_entries(*w0.shape, horseshoe[1])))
+        return values
+    if horseshoe is not None:
         from bayespca.rotations import rotate
 
         w0 = np.asarray(rotate(w0, "varimax").loadings)
-    noise0 = values[_NOISE_SITE[noise]] ** (2 if noise == "isotropic" else 1)
-    values.update(loadings_prior.start(w0, np.broadcast_to(noise0, (d,)), n))
+    values.update(loadings_prior.start(w0, noise0, n))
     return values
 
 
@@ -481,18 +515,25 @@ def _model_args(data: _Data, sampler, batch_size: int | None, std_priors, has_mi
     return ((jnp.asarray(rows),), {"prior": std_priors}), False
 
 
-def _point_and_draws(auto_guide, params: dict, data: _Data, noise: str, horseshoe: bool, rng):
-    """The guide's median in data units (canonical loadings), and with the horseshoe its draws."""
+def _point_and_draws(auto_guide, params: dict, data: _Data, noise: str, horseshoe: tuple | None, rng):
+    """The guide's median in data units (canonical loadings), and with the horseshoe (its model's
+    ``(identification, anchors)``, else None) its draws."""
     point = _to_data_units(auto_guide.median(params), noise, data.shift, data.scale)
     draws = None
-    if horseshoe:
+    if horseshoe is not None:
         sites = auto_guide.sample_posterior(as_key(rng), params, sample_shape=(_HORSESHOE_DRAWS,))
         sampled = _to_data_units(sites, noise, data.shift, data.scale)
-        w, kappa = prior_classes.canonical_columns(np.asarray(sampled.loadings), np.asarray(sites["kappa"]))
+        w, kappa = np.asarray(sampled.loadings), np.asarray(sites["kappa"])
+        identification, anchors = horseshoe
+        if identification == "lower_triangular":  # the guide's one sign mode, W_{p_l l} > 0 on average
+            w = w * np.where(np.diagonal(w.mean(axis=0)[list(anchors)]) < 0, -1.0, 1.0)
+        else:
+            w, kappa = prior_classes.canonical_columns(w, kappa)
+            identification = "signed_permutation"
         point = LowRankGaussian(w.mean(axis=0), point.noise, point.mean)
         draws = Draws(
             w[None], np.asarray(sampled.noise)[None], np.asarray(sampled.mean)[None],
-            "signed_permutation", noise, extra={"kappa": kappa[None]},
+            identification, noise, extra={"kappa": kappa[None]},
         )
     else:
         point = canonical_loadings(point)

@@ -27,9 +27,15 @@ A row passes when div = 0, rhat < 1.01 and ess > 400. The full panel takes hours
 and FA k = 4 standardised, diabetes FA k = 1, 4 raw and standardised, and ARD (Bishop's Bayesian
 PCA, ``prior="ard"``) with k = 8 on planted data (n = 300, d = 10, 3 true components, noise sd
 0.5; the data of the ARD test), whose ``neff`` column is ``n_effective_components_`` (3 wanted);
-issue 12 asks that its median leapfrog steps per draw stay at or below 63. Examples::
+issue 12 asks that its median leapfrog steps per draw stay at or below 63. ``--panel horseshoe``
+runs ``prior="horseshoe"`` on iris, wine, diabetes and breast cancer (pPCA k = 2-4, FA k = 2, 3)
+twice per cell: with the default identification (the triangle on pivoted anchors) and with
+``identification="none"`` (``W`` free, the default before it: the baseline), and prints their totals
+side by side; its ``wrhat`` column is the largest R-hat over the entries of ``W`` (identified by the
+triangle; aligned by signed permutations under ``"none"``). Examples::
 
     python benchmarks/bench_nuts_real.py --panel quick --seeds 0 1
+    python benchmarks/bench_nuts_real.py --panel horseshoe --seeds 0 1 2
     python benchmarks/bench_nuts_real.py --datasets iris --seeds 0          # a minute
     python benchmarks/bench_nuts_real.py --datasets iris wine --models fa --k 1 2 3
     python benchmarks/bench_nuts_real.py --panel quick --models fa --identification polar
@@ -80,9 +86,19 @@ QUICK_PANEL = (
     ("diabetes", "std", "fa", (1, 4)),
     ("planted", "raw", "ard", (8,)),
 )
+# (data, scaling, model, k values) of --panel horseshoe, each run at both identifications.
+HORSESHOE_PANEL = (
+    ("iris", "raw", "ppca", (2, 3)),
+    ("iris", "std", "ppca", (2,)),
+    ("wine", "std", "ppca", (2, 3, 4)),
+    ("wine", "std", "fa", (2, 3)),
+    ("diabetes", "std", "ppca", (2, 3)),
+    ("breast_cancer", "std", "ppca", (2, 3)),
+)
+PANELS = {"quick": QUICK_PANEL, "horseshoe": HORSESHOE_PANEL}
 COLUMNS = (
-    "data", "scaling", "model", "k", "seed", "div", "rhat", "worst", "ess", "chance", "ess/s", "steps",
-    "wall", "neff",
+    "data", "scaling", "model", "k", "seed", "ident", "div", "rhat", "worst", "ess", "chance", "ess/s",
+    "steps", "wall", "wrhat", "neff",
 )
 
 
@@ -185,6 +201,8 @@ def run_one(X, model: str, k: int, seed: int, options: dict) -> dict:
         if r > rhat:
             rhat, worst = r, name
         ess = min(ess, float(az.ess(series, method="bulk")))
+    w = np.asarray(tree["posterior"]["W"])
+    w = w.reshape(*w.shape[:2], -1)[..., np.ptp(w.reshape(*w.shape[:2], -1), axis=(0, 1)) > 0]
     steps = np.asarray(stats["n_steps"])
     chains = (
         f"steps/chain {np.median(steps, axis=1).tolist()} div/chain "
@@ -202,6 +220,7 @@ def run_one(X, model: str, k: int, seed: int, options: dict) -> dict:
         "ess/s": ess / wall,
         "steps": float(np.median(np.asarray(stats["n_steps"]))),
         "wall": wall,
+        "wrhat": max((float(az.rhat(w[..., j])) for j in range(w.shape[-1])), default=1.0),
         "neff": getattr(estimator, "n_effective_components_", ""),
     }
 
@@ -212,10 +231,10 @@ def passes(row: dict) -> bool:
 
 def cells(args) -> list[tuple[str, str, str, int]]:
     """(data, scaling, model, k) of each fit to run: the quick panel or the product of the options."""
-    if args.panel == "quick":
+    if args.panel is not None:
         chosen = [
             (name, scaling, model, ks)
-            for name, scaling, model, ks in QUICK_PANEL
+            for name, scaling, model, ks in PANELS[args.panel]
             if model in (args.models or MODELS) and name in (args.datasets or LOADERS)
         ]
     else:
@@ -237,16 +256,35 @@ def cells(args) -> list[tuple[str, str, str, int]]:
 def print_row(row: dict) -> None:
     print(
         f"{row['data']:13s} {row['scaling']:5s} {row['model']:5s} {row['k']:3d} {row['seed']:4d} "
-        f"{row['div']:5d} {row['rhat']:6.3f} {row['worst']:>15s} {row['ess']:6.0f} {row['chance']:6.2f} "
-        f"{row['ess/s']:7.1f} {row['steps']:5.0f} {row['wall']:6.1f} {row['neff']!s:>4s}"
-        f"{'' if passes(row) else '  FAIL'}",
+        f"{row['ident']:>8s} {row['div']:5d} {row['rhat']:6.3f} {row['worst']:>15s} {row['ess']:6.0f} "
+        f"{row['chance']:6.2f} {row['ess/s']:7.1f} {row['steps']:5.0f} {row['wall']:6.1f} "
+        f"{row['wrhat']:6.3f} {row['neff']!s:>4s}{'' if passes(row) else '  FAIL'}",
         flush=True,
     )
 
 
+def print_totals(rows: list) -> None:
+    """Passes, divergences, steps and the extremes per model and identification."""
+    failed = [r for r in rows if not passes(r)]
+    print(
+        f"{len(rows) - len(failed)} of {len(rows)} fits pass (div = 0, R-hat < 1.01, bulk ESS > 400); "
+        f"total wall {sum(r['wall'] for r in rows):.0f} s"
+    )
+    for group in dict.fromkeys((r["model"], r["ident"]) for r in rows):
+        mine = [r for r in rows if (r["model"], r["ident"]) == group]
+        print(
+            f"  {group[0]} ({group[1]}): {sum(passes(r) for r in mine)} of {len(mine)} pass, "
+            f"{sum(r['div'] for r in mine)} divergences, median steps/draw "
+            f"{np.median([r['steps'] for r in mine]):.0f}, max R-hat {max(r['rhat'] for r in mine):.3f}, "
+            f"min ESS {min(r['ess'] for r in mine):.0f}, "
+            f"median ESS/s {np.median([r['ess/s'] for r in mine]):.1f}, "
+            f"max R-hat of W {max(r['wrhat'] for r in mine):.3f}"
+        )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--panel", default=None, choices=["quick"], help="a fixed cross-section")
+    parser.add_argument("--panel", default=None, choices=list(PANELS), help="a fixed cross-section")
     parser.add_argument("--datasets", nargs="+", default=None, choices=list(LOADERS))
     parser.add_argument("--scalings", nargs="+", default=["raw", "std"], choices=["raw", "std"])
     parser.add_argument("--models", nargs="+", default=None, choices=list(MODELS))
@@ -258,14 +296,15 @@ def main():
     parser.add_argument("--csv", default=None, help="append rows to this file")
     parser.add_argument("--verbose", action="store_true", help="per-chain steps, divergences, worst mean")
     args = parser.parse_args()
-    options = {}
-    if args.identification is not None:
-        options["identification"] = args.identification
-    if args.prior is not None:
-        options["prior"] = args.prior
+    options = {} if args.prior is None else {"prior": args.prior}
+    identifications = [args.identification]
+    if args.panel == "horseshoe":
+        options["prior"] = "horseshoe"
+        identifications = [args.identification] if args.identification else [None, "none"]
     print(
-        f"{'data':13s} {'scale':5s} {'model':5s} {'k':>3s} {'seed':>4s} {'div':>5s} {'rhat':>6s} "
-        f"{'worst':>15s} {'ess':>6s} {'chance':>6s} {'ess/s':>7s} {'steps':>5s} {'wall':>6s} {'neff':>4s}",
+        f"{'data':13s} {'scale':5s} {'model':5s} {'k':>3s} {'seed':>4s} {'ident':>8s} {'div':>5s} "
+        f"{'rhat':>6s} {'worst':>15s} {'ess':>6s} {'chance':>6s} {'ess/s':>7s} {'steps':>5s} {'wall':>6s} "
+        f"{'wrhat':>6s} {'neff':>4s}",
         flush=True,
     )
     rows, writer = [], None
@@ -277,9 +316,11 @@ def main():
     with threadpool_limits(limits=1, user_api="blas"):
         for name, scaling, model, k in cells(args):
             X = load(name, scaling)
-            for seed in args.seeds:
-                row = {"data": name, "scaling": scaling, "model": model, "k": k, "seed": seed}
-                row.update(run_one(X, model, k, seed, options))
+            for seed, ident in ((s, i) for s in args.seeds for i in identifications):
+                row = {"data": name, "scaling": scaling, "model": model, "k": k, "seed": seed,
+                       "ident": ident or "default"}
+                chosen = options if ident is None else {**options, "identification": ident}
+                row.update(run_one(X, model, k, seed, chosen))
                 rows.append(row)
                 print_row(row)
                 if args.verbose:
@@ -289,19 +330,7 @@ def main():
                     handle.flush()
     if handle is not None:
         handle.close()
-    failed = [r for r in rows if not passes(r)]
-    print(
-        f"{len(rows) - len(failed)} of {len(rows)} fits pass (div = 0, R-hat < 1.01, bulk ESS > 400); "
-        f"total wall {sum(r['wall'] for r in rows):.0f} s"
-    )
-    for model in dict.fromkeys(r["model"] for r in rows):
-        mine = [r for r in rows if r["model"] == model]
-        print(
-            f"  {model}: {sum(passes(r) for r in mine)} of {len(mine)} pass, "
-            f"{sum(r['div'] for r in mine)} divergences, median steps/draw "
-            f"{np.median([r['steps'] for r in mine]):.0f}, max R-hat {max(r['rhat'] for r in mine):.3f}, "
-            f"min ESS {min(r['ess'] for r in mine):.0f}"
-        )
+    print_totals(rows)
 
 
 if __name__ == "__main__":

@@ -241,10 +241,14 @@ class _Refit(SamplingWrapper):
     def sample(self, modified_observed_data):
         from sklearn.base import clone
 
+        refit = clone(self.model)
+        if getattr(self.model, "anchors_", None) is not None:
+            # The same model: anchors pivoted again from fewer rows could be others.
+            refit.set_params(anchors=self.model.anchors_)
         with warnings.catch_warnings():
             # The refit's own diagnostics concern one leave-one-out fit, not the user's.
             warnings.simplefilter("ignore")
-            return clone(self.model).fit(modified_observed_data)
+            return refit.fit(modified_observed_data)
 
     def get_inference_data(self, fitted_model):
         return fitted_model.nuts_

@@ -104,6 +104,7 @@ from bayespca.gaussian import (
     tri_solve,
 )
 from bayespca.inference.contract import IDENTIFICATIONS
+from bayespca.params import check_anchors
 from bayespca.statistics import MissingPatterns, StackedPatterns, SufficientStatistics, stack_patterns
 
 __all__ = [
@@ -626,10 +627,7 @@ def _check_chart(ident, loadings, shape, active_components, last_column_scale, a
             "anchors needs identification='lower_triangular' and a prior that samples W's entries "
             f"(Horseshoe); got identification={ident!r}, prior {type(loadings).__name__}."
         )
-    if anchors is not None:
-        given = np.ravel(anchors).tolist()
-        if len(given) != k or len(set(given)) != k or not all(type(a) is int and 0 <= a < d for a in given):
-            raise ValueError(f"anchors must be {k} distinct integer features in [0, {d}); got {anchors!r}.")
+    check_anchors(anchors, d, k)
     if active_components is not None and (ident != "polar" or not loadings.rotation_invariant):
         raise ValueError(
             "active_components needs identification='polar' and a rotation-invariant loadings prior "

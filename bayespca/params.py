@@ -132,6 +132,34 @@ def check_choice(value: Any, name: str, choices: Collection, *, allow_none: bool
     return value
 
 
+def check_anchors(anchors: Any, n_features: int, n_components: int) -> tuple[int, ...] | None:
+    """The anchor features of the horseshoe's triangle: None, or ``n_components`` distinct ints in
+    ``[0, n_features)``, as a tuple.
+
+    Examples
+    --------
+    >>> check_anchors([3, 0], 5, 2)
+    (3, 0)
+    >>> check_anchors((1, 1), 5, 2)
+    Traceback (most recent call last):
+    ...
+    ValueError: anchors must be None or 2 distinct integer features in [0, 5); got (1, 1).
+    """
+    if anchors is None:
+        return None
+    given = list(anchors) if isinstance(anchors, list | tuple | np.ndarray) else None
+    ok = given is not None and len(given) == n_components and all(
+        isinstance(a, int | np.integer) and not isinstance(a, bool | np.bool_) and 0 <= a < n_features
+        for a in given
+    )
+    if not ok or len(set(int(a) for a in given)) != n_components:
+        raise ValueError(
+            f"anchors must be None or {n_components} distinct integer features in [0, {n_features}); "
+            f"got {anchors!r}."
+        )
+    return tuple(int(a) for a in given)
+
+
 def check_bool(value: Any, name: str) -> bool:
     """Validate a boolean flag (Python or NumPy bool).
 

@@ -27,6 +27,7 @@ from bayespca.messages import warn
 from bayespca.params import (
     as_generator,
     as_key,
+    check_anchors,
     check_bool,
     check_choice,
     check_number,
@@ -158,6 +159,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
                      allow_none=True)
         self._check_prior(method)
         check_choice(self.identification, "identification", IDENTIFICATIONS, allow_none=True)
+        anchors = self._check_anchors(prepared.d, k)
         check_seed(self.random_state)
         progress = None if self.progress_bar is None else check_bool(self.progress_bar, "progress_bar")
         floor = check_number(self.noise_floor, "noise_floor", low=0, high=1, low_open=True, high_open=True)
@@ -190,7 +192,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
             )
         if method in ("svi", "nuts"):
             options.update(random_state=self.random_state, progress_bar=progress)
-        return method, ModelSpec(self._noise, k, self.prior, self.identification), options
+        return method, ModelSpec(self._noise, k, self.prior, self.identification, anchors), options
 
     def _check_n_components(self, n: int, d: int) -> int:
         """``n_components`` within :func:`max_components` (None: ``min(n - 1, d) - 1``, at least 1)."""
@@ -229,6 +231,20 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
                 "guide must be 'normal' or 'lowrank' with the horseshoe prior (its MAP is not a "
                 "sparse estimate); got guide='delta'."
             )
+
+    def _check_anchors(self, d: int, k: int) -> tuple | None:
+        """``anchors`` checked, as a tuple: only the horseshoe's triangle has anchors."""
+        anchors = check_anchors(self.anchors, d, k)
+        if anchors is None:
+            return None
+        from bayespca.priors import is_named
+
+        if not is_named(self.prior, "horseshoe") or self.identification not in (None, "lower_triangular"):
+            raise ValueError(
+                "anchors needs prior='horseshoe' with identification None or 'lower_triangular'; got "
+                f"prior={self.prior!r}, identification={self.identification!r}."
+            )
+        return anchors
 
     def _fit_gaussian(self, X) -> Fit:
         """Validate -> reduce -> dispatch -> store: the one path of every method."""
@@ -328,6 +344,8 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         if loadings is not None:
             for name, value in loadings.summaries(draws.loadings, draws.extra, draws.noise, n).items():
                 setattr(self, name, value)
+        if draws.anchors is not None:
+            self.anchors_ = draws.anchors
         if self.method_ != "nuts":
             return
         from bayespca.chunked import draws_log_likelihood
@@ -753,6 +771,13 @@ class PPCA(_LowRankGaussianModel):
         most). With the polar identification and the default or flat loadings
         prior; ignored otherwise, though checked at fit whatever the method.
         :func:`bayespca.comparison.compare_n_components` sets it.
+    anchors : sequence of int or None, default=None
+        With ``prior="horseshoe"`` and its triangle (identification None or
+        ``"lower_triangular"``): the ``n_components`` distinct anchor features
+        ``p_1..p_k``, ``W_{p_i l} = 0`` for ``l > i`` (feature ``p_i`` loads on
+        the first ``i`` factors only), e.g. a marker feature of each factor.
+        None: chosen from the maximum-likelihood loadings
+        (:func:`bayespca.models.pivot_anchors`), reported as ``anchors_``.
 
     Attributes
     ----------
@@ -810,6 +835,10 @@ class PPCA(_LowRankGaussianModel):
     support_ : ndarray of bool, shape (n_features, n_components_)
         Only with ``prior="horseshoe"``: loadings whose 90% interval
         excludes 0, the estimated support.
+    anchors_ : tuple of int
+        Only with ``prior="horseshoe"`` and its triangle: the anchor
+        features (``anchors``, or those chosen), whose loadings on the later
+        factors are the structural zeros of ``loadings_``.
     posterior_ : xarray.DataTree
         The ArviZ DataTree of :meth:`to_arviz` (without posterior predictive;
         without ``log_likelihood`` above 2e7 draw x row values), built when
@@ -868,6 +897,7 @@ class PPCA(_LowRankGaussianModel):
         chain_method="parallel",
         target_accept_prob=None,
         padded_components=None,
+        anchors=None,
     ):
         self.n_components = n_components
         self.method = method
@@ -887,6 +917,7 @@ class PPCA(_LowRankGaussianModel):
         self.chain_method = chain_method
         self.target_accept_prob = target_accept_prob
         self.padded_components = padded_components
+        self.anchors = anchors
 
     def _auto_method(self, missing) -> str:
         return "closed_form" if missing is None else "em"
@@ -1024,6 +1055,7 @@ class FactorAnalysis(_LowRankGaussianModel):
         chain_method="parallel",
         target_accept_prob=None,
         padded_components=None,
+        anchors=None,
     ):
         self.n_components = n_components
         self.method = method
@@ -1044,6 +1076,7 @@ class FactorAnalysis(_LowRankGaussianModel):
         self.chain_method = chain_method
         self.target_accept_prob = target_accept_prob
         self.padded_components = padded_components
+        self.anchors = anchors
 
     _model = "fa"
 

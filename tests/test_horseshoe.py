@@ -253,3 +253,27 @@ def test_horseshoe_nuts_default_target_rarely_diverges(ppca_nuts):
     """
     assert ppca_nuts._target_accept_prob() == 0.99
     assert int(ppca_nuts.sample_stats_["diverging"].sum()) <= 2
+
+
+def test_anchors_given_are_the_structural_zeros_and_reach_the_loo_refits(data):
+    """Anchors a user names are the triangle's: ``W_{p_i l} = 0`` for ``l > i`` exactly, by NUTS
+    and SVI, and reported as ``anchors_``; exact LOO refits keep the fit's anchors rather than
+    pivot again on fewer rows (a different model where the pivot's choice is close)."""
+    from bayespca.comparison import _Refit
+
+    X, _ = data
+    quick = {"num_warmup": 100, "num_samples": 100, "num_chains": 1, "random_state": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)  # one short chain
+        nuts = PPCA(K, method="nuts", prior="horseshoe", anchors=[5, 11], **quick).fit(X)
+    svi = FactorAnalysis(K, method="svi", prior="horseshoe", guide="normal", anchors=(11, 5),
+                         random_state=0).fit(X)
+    assert nuts.anchors_ == (5, 11) and svi.anchors_ == (11, 5)
+    assert np.all(nuts.loadings_samples_[..., 5, 1] == 0.0) and svi.loadings_[11, 1] == 0.0
+    assert np.count_nonzero(nuts.loadings_ == 0.0) == 1 and np.abs(nuts.loadings_[11, 1]) > 0.5
+
+    pivoted = PPCA(K, method="nuts", prior="horseshoe", **quick)
+    pivoted.anchors_ = (7, 2)  # as if its fit had chosen them
+    refit = _Refit.__new__(_Refit)  # the refit step alone, without a tree
+    refit.model = pivoted
+    assert refit.sample(X[1:]).anchors_ == (7, 2)

@@ -369,6 +369,11 @@ def test_ppca_svi_map_reaches_closed_form():
         # Checked whatever the method, as scikit-learn checks every parameter at fit.
         (PPCA(2, padded_components=1), "padded_components must be an int >= 2 and <= 8 or None; got 1"),
         (FactorAnalysis(2, method="nuts", padded_components=9), "padded_components must be an int >= 2"),
+        (PPCA(2, method="nuts", prior="horseshoe", anchors=(3, 3)),
+         "anchors must be None or 2 distinct integer features in \\[0, 8\\); got \\(3, 3\\)"),
+        (PPCA(2, anchors=(0, 1)), "anchors needs prior='horseshoe' with identification None or 'lower_tri"),
+        (FactorAnalysis(2, method="svi", guide="normal", prior="horseshoe", identification="none",
+                        anchors=(0, 1)), "anchors needs prior='horseshoe'.*identification='none'"),
     ],
 )
 def test_bad_parameters(model, match):

@@ -41,12 +41,16 @@ class ModelSpec:
         maximum likelihood); see :mod:`bayespca.models`.
     identification : str or None, default=None
         How NUTS identifies ``W`` (see :mod:`bayespca.inference.nuts`).
+    anchors : tuple of int or None, default=None
+        The horseshoe triangle's anchor features (see :mod:`bayespca.models`);
+        None: pivoted from the maximum-likelihood loadings.
     """
 
     noise: str
     n_components: int
     prior: Any = None
     identification: str | None = None
+    anchors: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,8 @@ class Draws:
     extra : dict of ndarray
         Prior-specific draws with leading dims (chain, draw): ``alpha``
         (ARD precisions, (k,)), ``kappa`` (horseshoe shrinkage, (d, k)).
+    anchors : tuple of int or None
+        With ``identification="lower_triangular"`` under the horseshoe: its anchor features.
     """
 
     loadings: np.ndarray
@@ -82,6 +88,7 @@ class Draws:
     sample_stats: dict = field(default_factory=dict)
     reference: LowRankGaussian | None = None
     extra: dict = field(default_factory=dict)
+    anchors: tuple | None = None
 
     def gaussians(self) -> LowRankGaussian:
         """All draws as one LowRankGaussian with a flattened leading dim (chain * draw)."""

@@ -1227,7 +1227,7 @@ def fit_nuts(
     identification = identification_for(spec.identification, noise, loadings)
 
     ml = _ml_start(prepared, spec, units)
-    reference_w, reparam, anchors = _reference(ml, identification, loadings, noise, n)
+    reference_w, reparam, anchors = _reference(ml, (identification, spec.anchors), loadings, noise, n)
     start_point = LowRankGaussian(reference_w, np.asarray(ml.noise), np.asarray(ml.mean))
     # D of FA's polar map: the features' sds, as the model computes them from the same statistics.
     row_scale = np.asarray(scales.sd) if noise == "diagonal" else None
@@ -1240,7 +1240,7 @@ def fit_nuts(
         noise, columns, identification, loadings, data, start, ahead, anchors
     )
     shape = (num_chains, num_samples)
-    report = (identification, reference_w, start_point, noise, k)
+    report = (identification, reference_w, start_point, noise, k, anchors)
     sites, sample_stats, chains = _sample(static, data, run, key, init_scale, _KEPT_SITES, search)
     draws = _draws(sites, sample_stats, report, shape)
     if spec.identification is None and noise == "diagonal" and _near_degenerate(static, data, loadings):
@@ -1326,28 +1326,32 @@ def continue_chains(chains: Chains, draws: Draws, num_samples: int, progress_bar
     return fit.to_data_units(prepared.scale, prepared.total_observed)
 
 
-def _reference(ml: LowRankGaussian, identification: str, loadings: Any, noise: str, n: int) -> tuple:
+def _reference(ml: LowRankGaussian, chart: tuple, loadings: Any, noise: str, n: int) -> tuple:
     """``W`` of the ML fit in the orientation of the reported draws, and the horseshoe's reparam and
-    anchors (or None).
+    anchors (or None), for ``chart``: the identification and the anchors asked for (None: pivoted).
 
-    Under the horseshoe the start is triangular on the anchors pivoted from it, or with ``"none"``
-    near a sparse mode (varimax, the orthogonal rotation of simple structure), and each loading more
-    than :data:`_CENTRED_AT` standard errors ``sqrt(psi_j / n)`` from 0 there is sampled centred.
+    Under the horseshoe the start is triangular on the anchors, or with ``"none"`` near a sparse
+    mode (varimax, the orthogonal rotation of simple structure), and each loading more than
+    :data:`_CENTRED_AT` standard errors ``sqrt(psi_j / n)`` from 0 there is sampled centred.
     """
+    identification, anchors = chart
     w = np.asarray(ml.loadings)
     if isinstance(loadings, prior_classes.Horseshoe):
         from bayespca.rotations import rotate
 
-        anchors = pivot_anchors(w, ml.noise) if identification == "lower_triangular" else None
-        w = np.asarray(rotate(w, "varimax").loadings if anchors is None else lower_triangular(w, anchors))
+        triangle = identification == "lower_triangular"
+        if triangle and anchors is None:
+            anchors = pivot_anchors(w, ml.noise)
+        w = np.asarray(lower_triangular(w, anchors) if triangle else rotate(w, "varimax").loadings)
         standard_error = np.sqrt(np.asarray(ml.noise) / n)[:, None]
         centred = np.abs(w) > _CENTRED_AT * standard_error
         return w, prior_classes.HorseshoeReparam(centred, standard_error), anchors
+    # Anchors given here reach the model, which refuses them outside the horseshoe's triangle.
     if identification == "lower_triangular":
-        return lower_triangular(w), None, None
+        return lower_triangular(w), None, anchors
     if identification == "polar" and noise == "diagonal":
-        return np.asarray(canonical_loadings(ml).loadings), None, None
-    return w, None, None
+        return np.asarray(canonical_loadings(ml).loadings), None, anchors
+    return w, None, anchors
 
 
 def _last_scale_stuck(draws: Draws, identification, noise, k, loadings, reparam) -> bool:
@@ -1439,7 +1443,7 @@ def _preconditioned(noise, columns, identification, loadings, data, start, ahead
         identification, loadings, padded, noise, n, row_scale, active, last_scale, reparam, anchors
     )
     options = (("identification", identification), ("n_components", width), _refinement(ml))
-    if anchors is not None and identification == "lower_triangular":
+    if anchors is not None:
         options = (("anchors", anchors), *options)
     theta = _unconstrained(_Static(MODELS[noise], options, ()), data, values)
     theta = {name: np.asarray(v, dtype=float) for name, v in sorted(theta.items())}
@@ -1546,7 +1550,7 @@ def _draws(sites, sample_stats, report: tuple, shape) -> Draws:
     ``report`` is ``(identification, reference_w, start_point, noise, k)``: the draws of ``W``
     (their first ``k`` columns) are identified by ``identification`` against ``reference_w``.
     """
-    identification, reference_w, start_point, noise, k = report
+    identification, reference_w, start_point, noise, k, anchors = report
     w = sites["W"][..., :k]
     d = w.shape[-2]
     if noise == "isotropic":
@@ -1567,7 +1571,7 @@ def _draws(sites, sample_stats, report: tuple, shape) -> Draws:
         prior_extra["alpha"] = sites["alpha"].reshape(*shape, k)
     return Draws(
         w.reshape(*shape, d, k), np.array(psi).reshape(*shape, d), sites["mu"].reshape(*shape, d),
-        identification, noise, sample_stats, start_point, prior_extra,
+        identification, noise, sample_stats, start_point, prior_extra, anchors,
     )
 
 

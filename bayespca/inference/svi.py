@@ -464,11 +464,11 @@ def _svi_model(prepared, spec, data, batch_size, sampled_rows, rng, structure):
 
 
 def _structure(data: _Data, spec: ModelSpec, loadings_prior) -> tuple:
-    """The horseshoe model's ``(identification, anchors)``: anchors pivoted from the closed-form
-    loadings, as the NUTS runner does (:func:`bayespca.models.pivot_anchors`)."""
+    """The horseshoe model's ``(identification, anchors)``: the anchors asked for, or pivoted from
+    the closed-form loadings as the NUTS runner does (:func:`bayespca.models.pivot_anchors`)."""
     ident = identification_for(spec.identification, spec.noise, loadings_prior)
-    if ident != "lower_triangular":
-        return ident, None
+    if ident != "lower_triangular" or spec.anchors is not None:
+        return ident, spec.anchors
     values = _initial_values(*data.spectrum, spec.n_components, spec.noise)
     noise = values[_NOISE_SITE[spec.noise]] ** (2 if spec.noise == "isotropic" else 1)
     return ident, pivot_anchors(values["W"], np.broadcast_to(noise, (data.shift.size,)))
@@ -533,7 +533,7 @@ def _point_and_draws(auto_guide, params: dict, data: _Data, noise: str, horsesho
         point = LowRankGaussian(w.mean(axis=0), point.noise, point.mean)
         draws = Draws(
             w[None], np.asarray(sampled.noise)[None], np.asarray(sampled.mean)[None],
-            identification, noise, extra={"kappa": kappa[None]},
+            identification, noise, extra={"kappa": kappa[None]}, anchors=anchors,
         )
     else:
         point = canonical_loadings(point)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numbers
 import textwrap
+import warnings
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -486,7 +487,9 @@ def plot_loadings(model, *, kind="heatmap", ci_prob=0.89, feature_names=None, ax
     ``*`` marks the loadings whose ``ci_prob`` credible interval excludes 0.
     ``kind="interval"`` (NUTS fits): per feature and component, the posterior
     mean and credible interval, one colour per component. The title names the
-    model, how the loadings were estimated and the rotation.
+    model, how the loadings were estimated and the rotation. Loadings that
+    are 0 in every draw (the zeros of the horseshoe's triangle, ``anchors_``)
+    read "fixed" in the heatmap and have no interval.
 
     The draws are those of the identified ``W`` (see ``identification_``),
     multiplied by ``rotation_matrix_`` for a rotated FactorAnalysis. Signs and
@@ -519,6 +522,8 @@ def plot_loadings(model, *, kind="heatmap", ci_prob=0.89, feature_names=None, ax
     draws = _loadings_draws(model)
     mean = _loadings(model) if draws is None else draws.mean(axis=0)
     d, k = mean.shape
+    # Zeros of the identification (the horseshoe's triangle), not estimates: labelled, not plotted.
+    fixed = np.zeros((d, k), bool) if draws is None else np.all(draws == 0.0, axis=0)
     names = _feature_names(model, feature_names, d)
     ax = _new_axes(ax)
     if kind == "interval":
@@ -529,7 +534,9 @@ def plot_loadings(model, *, kind="heatmap", ci_prob=0.89, feature_names=None, ax
         for j in range(k):
             y = rows + (j - (k - 1) / 2) * 0.8 / max(k, 1) * (k > 1)
             err = np.stack([mean[:, j] - lo[:, j], hi[:, j] - mean[:, j]])
-            ax.errorbar(mean[:, j], y, xerr=err, fmt="o", color=f"C{j}", label=f"component {j + 1}")
+            free = ~fixed[:, j]
+            ax.errorbar(mean[free, j], y[free], xerr=err[:, free], fmt="o", color=f"C{j}",
+                        label=f"component {j + 1}")
         ax.axvline(0, color="0.5", linewidth=0.8)
         ax.set_yticks(rows, names)
         ax.invert_yaxis()
@@ -548,13 +555,17 @@ def plot_loadings(model, *, kind="heatmap", ci_prob=0.89, feature_names=None, ax
     for (i, j), value in np.ndenumerate(mean):
         star = "*" if excludes_zero[i, j] else ""
         colour = "white" if abs(value) > 0.6 * vmax else "black"
-        ax.text(j, i, f"{value:.2f}{star}", ha="center", va="center", color=colour, fontsize="small")
+        text = "fixed" if fixed[i, j] else f"{value:.2f}{star}"
+        colour = "0.45" if fixed[i, j] else colour
+        ax.text(j, i, text, ha="center", va="center", color=colour, fontsize="small")
     ax.set_yticks(np.arange(d), names)
     ax.set_xticks(np.arange(k), [str(j + 1) for j in range(k)])
     ax.set_xlabel("component")
     detail = _estimate_name(model)
     if draws is not None:
         detail += f"; * : {ci_prob:.0%} interval excludes 0"
+    if fixed.any():
+        detail += "\nfixed: 0 by the anchors' triangle"
     ax.set_title(f"{_model_name(model)} loadings" + (f"\n({detail})" if detail else ""), fontsize="medium")
     return ax
 
@@ -917,7 +928,11 @@ def plot_trace(model, var_names=None, **kwargs):
         if "color" not in kwargs and _widest_key(posterior, var_names) > _ARVIZ_COLOURS:
             tab20 = plt.get_cmap("tab20").colors  # dark and light of each hue in turn: the darks first
             kwargs["color"] = list(tab20[0::2] + tab20[1::2])
-    collection = plot_trace_dist(posterior, var_names=var_names, **kwargs)
+    with warnings.catch_warnings():
+        if getattr(model, "identification_", None) == "lower_triangular":
+            # The triangle's zeros of W are constant draws, whose density ArviZ warns it cannot estimate.
+            warnings.filterwarnings("ignore", message="Your data appears to have a single value")
+        collection = plot_trace_dist(posterior, var_names=var_names, **kwargs)
     if kwargs["backend"] == "matplotlib":
         _label_trace(collection, var_names)
     return collection

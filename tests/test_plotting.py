@@ -235,6 +235,28 @@ def test_loadings_interval_plot(ppca_nuts):
         np.testing.assert_allclose(ends, np.stack([lo[:, j], hi[:, j]], 1), rtol=1e-12)
 
 
+def test_loadings_of_the_horseshoe_label_the_anchors_zeros_fixed(data):
+    """The triangle's zeros (``W_{p_1, 2}`` with anchors p) read "fixed" and have no interval; every
+    other loading keeps its posterior mean and interval; a trace of W raises no warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # two short chains
+        model = PPCA(K, method="nuts", prior="horseshoe", anchors=(3, 1), num_warmup=100, num_samples=100,
+                     num_chains=2, random_state=0, progress_bar=False).fit(data)
+    ax = plot_loadings(model)
+    fixed = {(round(t.get_position()[1]), round(t.get_position()[0])) for t in ax.texts
+             if t.get_text() == "fixed"}
+    assert fixed == {(3, 1)} and "fixed: 0" in ax.get_title()
+    ax = plot_loadings(model, kind="interval", ci_prob=0.8)
+    draws = model.loadings_samples_.reshape(-1, D, K)
+    np.testing.assert_allclose(ax.containers[0].lines[0].get_xdata(), draws[:, :, 0].mean(0), rtol=1e-12)
+    rows = [j for j in range(D) if j != 3]
+    np.testing.assert_allclose(ax.containers[1].lines[0].get_xdata(), draws[:, rows, 1].mean(0), rtol=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plot_trace(model, var_names=["W"])
+    plt.close("all")
+
+
 def test_loadings_heatmap_ml_and_interval_needs_nuts(data):
     W, _ = _ml_ppca_numpy(data.to_numpy())
     model = PPCA(K).fit(data)

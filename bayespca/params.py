@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -138,8 +138,8 @@ def check_anchors(anchors: Any, n_features: int, n_components: int) -> tuple[int
 
     Examples
     --------
-    >>> check_anchors([3, 0], 5, 2)
-    (3, 0)
+    >>> check_anchors([3, 0], 5, 2), check_anchors(range(2), 5, 2)
+    ((3, 0), (0, 1))
     >>> check_anchors((1, 1), 5, 2)
     Traceback (most recent call last):
     ...
@@ -147,7 +147,8 @@ def check_anchors(anchors: Any, n_features: int, n_components: int) -> tuple[int
     """
     if anchors is None:
         return None
-    given = list(anchors) if isinstance(anchors, list | tuple | np.ndarray) else None
+    sequence = isinstance(anchors, Sequence | np.ndarray) and not isinstance(anchors, str | bytes)
+    given = list(anchors) if sequence else None
     ok = given is not None and len(given) == n_components and all(
         isinstance(a, int | np.integer) and not isinstance(a, bool | np.bool_) and 0 <= a < n_features
         for a in given

@@ -470,8 +470,12 @@ def _structure(data: _Data, spec: ModelSpec, loadings_prior) -> tuple:
     if ident != "lower_triangular" or spec.anchors is not None:
         return ident, spec.anchors
     values = _initial_values(*data.spectrum, spec.n_components, spec.noise)
-    noise = values[_NOISE_SITE[spec.noise]] ** (2 if spec.noise == "isotropic" else 1)
-    return ident, pivot_anchors(values["W"], np.broadcast_to(noise, (data.shift.size,)))
+    return ident, pivot_anchors(values["W"], _start_variances(values, spec.noise, data.shift.size))
+
+
+def _start_variances(values: dict, noise: str, d: int) -> np.ndarray:
+    """The noise variances (d,) of start ``values`` (pPCA's site is the standard deviation)."""
+    return np.broadcast_to(values[_NOISE_SITE[noise]] ** (2 if noise == "isotropic" else 1), (d,))
 
 
 def _start(data: _Data, spec: ModelSpec, loadings_prior, init: str, horseshoe: tuple | None, rng, n) -> dict:
@@ -486,7 +490,7 @@ def _start(data: _Data, spec: ModelSpec, loadings_prior, init: str, horseshoe: t
         values["W"] = 0.1 * rng.standard_normal((d, spec.n_components))
         values[_NOISE_SITE[noise]] = np.ones(()) if noise == "isotropic" else np.ones(d)
     w0 = values.pop("W")
-    noise0 = np.broadcast_to(values[_NOISE_SITE[noise]] ** (2 if noise == "isotropic" else 1), (d,))
+    noise0 = _start_variances(values, noise, d)
     if horseshoe is not None and horseshoe[0] == "lower_triangular":
         w0 = lower_triangular(w0, horseshoe[1])
         values.update(loadings_prior.start(w0, noise0, n, free=lower_entries(*w0.shape, horseshoe[1])))

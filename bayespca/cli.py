@@ -74,6 +74,7 @@ _OPTION_NAMES = {
     r"\bmethod='(\w+)'": r"--method \1",
     r"\bn_components\b": "--n-components",
     r"\bmax_refits\b": "--max-refits",
+    r"\banchors\b": "--anchors",
 }
 
 
@@ -371,7 +372,24 @@ def _print_warnings(lines) -> None:
 
 
 # --------------------------------------------------------------------- fit
-def _estimator(args, n_components):
+def _anchor_indices(text, names) -> list[int] | None:
+    """``--anchors``: comma-separated feature names of the data, or their 0-based column indices."""
+    if text is None:
+        return None
+    indices = []
+    for item in (part.strip() for part in text.split(",")):
+        if item in names:
+            indices.append(names.index(item))
+        elif item.isdigit() and int(item) < len(names):
+            indices.append(int(item))
+        else:
+            shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+            raise CLIError(f"--anchors: {item!r} is neither a feature of the data ({shown}) nor a "
+                           f"column index in [0, {len(names)})")
+    return indices
+
+
+def _estimator(args, n_components, names):
     import bayespca
 
     cls = getattr(bayespca, _MODELS[args.model])
@@ -384,6 +402,7 @@ def _estimator(args, n_components):
         "num_samples": args.draws,
         "num_warmup": args.warmup,
         "target_accept_prob": args.target_accept,
+        "anchors": _anchor_indices(args.anchors, names),
     }
     if args.model == "fa":
         options["rotation"] = args.rotation
@@ -438,6 +457,8 @@ def _datatree(model, args, feature_names):
             "bayespca_version": bayespca.__version__,
         }
     )
+    if getattr(model, "anchors_", None) is not None:
+        tree.attrs["anchors"] = [int(p) for p in model.anchors_]
     return tree
 
 
@@ -472,20 +493,23 @@ def _fit(args) -> int:
     out = check_output(args.out, "--out", (".nc",))
     with _collected_warnings() as caught:
         df = read_data(args.data)
-        model = _estimator(args, args.n_components)
+        names = [str(c) for c in df.columns]
+        model = _estimator(args, args.n_components, names)
         try:
             model.fit(df)
         except (ValueError, TypeError) as err:
             raise CLIError(_option_names(str(err))) from None
     import pandas as pd
 
-    names = [str(c) for c in df.columns]
     sep = getattr(df, "attrs", {}).get("delimiter", ",")
     read_as = "" if sep == "," else f" ({'tab' if sep == chr(9) else repr(sep)}-separated)"
     print(f"{_MODELS[args.model]} with {model.n_components_} components by {model.method_} "
           f"on {len(df)} rows x {len(names)} features of {args.data}{read_as}")
     where = _WHERE.get(model.method_, "at the maximum-likelihood estimate")
     print(f"log-likelihood of the data {where}: {model.log_likelihood_:.6g}")
+    if getattr(model, "anchors_", None) is not None:
+        print("anchors (feature p_l loads on components 0..l only): "
+              + ", ".join(f"{names[p]} ({c})" for c, p in enumerate(model.anchors_)))
     with pd.option_context("display.width", 120, "display.max_rows", 200):
         print(_summary(model, names).to_string())
     _print_warnings([format_warning(message) for _, message in caught])
@@ -739,6 +763,10 @@ def _add_fit_parser(sub, parents) -> None:
                      "default nuts")
     fit.add_argument("--rotation", choices=["varimax", "quartimax", "promax", "oblimin"], default=None,
                      help="rotation of the factors (--model fa)")
+    fit.add_argument("--anchors", default=None, metavar="FEATURES",
+                     help="with --prior horseshoe: one anchor feature per component, names or 0-based "
+                     "column indices separated by commas; feature l loads on components 0..l only "
+                     "(default: chosen from the maximum-likelihood loadings)")
     fit.add_argument("--out", default=None, help="write the fit as an ArviZ DataTree in netCDF (a .nc file)")
     fit.set_defaults(run=_fit)
 

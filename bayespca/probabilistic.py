@@ -445,9 +445,12 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         table = pd.concat(summaries)
         if self.identification_ != "lower_triangular":
             return table
-        structural = np.all(np.asarray(self.posterior_["posterior"]["W"]) == 0.0, axis=(0, 1))
-        rows, cols = np.nonzero(structural)
-        zeros = [f"{v}[{j}, {c}]" for j, c in zip(rows, cols, strict=True) for v in ("W", "inclusion")]
+        w = self.posterior_["posterior"]["W"]
+        features, components = (w.coords[dim].values for dim in w.dims[2:])
+        rows, cols = np.nonzero(np.all(w.values == 0.0, axis=(0, 1)))
+        # Labelled as ArviZ labels the rows: by the features' names where the data had them.
+        zeros = [f"{v}[{features[j]}, {components[c]}]" for j, c in zip(rows, cols, strict=True)
+                 for v in ("W", "inclusion")]
         return table.drop(index=zeros, errors="ignore")
 
     def _check_nuts(self, what):

@@ -361,6 +361,48 @@ def test_fit_passes_prior_target_accept_and_a_huge_seed(csv, capsys, monkeypatch
     assert (seen["num_chains"], seen["num_samples"], seen["num_warmup"]) == (3, 20, 10)
 
 
+def test_anchors_by_name_or_index_are_the_python_api_s(frame, csv, tmp_path, capsys):
+    """``--anchors c,0``: feature c anchors component 0 and feature a component 1, the fit the Python
+    API gives with ``anchors=[2, 0]`` (same draws); the one structural zero, ``W[c, 1]``, is zero in
+    every draw, left out of the printed table, and the anchors are said and kept in the file."""
+    out = tmp_path / "hs.nc"
+    sampler = {"num_chains": 2, "num_samples": 30, "num_warmup": 30, "random_state": 5}
+    argv = ["fit", str(csv), "--n-components", "2", "--prior", "horseshoe", "--anchors", "c,0",
+            "--chains", "2", "--draws", "30", "--warmup", "30", "--seed", "5", "--out", str(out),
+            "--no-progress"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(argv) == 0
+        api = PPCA(2, method="nuts", prior="horseshoe", anchors=[2, 0], **sampler).fit(frame)
+    printed = capsys.readouterr().out
+    tree = xr.open_datatree(out)
+    np.testing.assert_array_equal(tree["posterior"]["W"].values, api.posterior_["posterior"]["W"].values)
+    assert np.all(tree["posterior"]["W"].sel(feature="c", component=1).values == 0.0)
+    assert list(tree.attrs["anchors"]) == [2, 0] and api.anchors_ == (2, 0)
+    assert "anchors (feature p_l loads on components 0..l only): c (0), a (1)" in printed.splitlines()
+    rows = {line.split("  ")[0].strip() for line in printed.splitlines()}
+    assert "W[a, 1]" in rows and "W[c, 1]" not in rows and "inclusion[c, 1]" not in rows
+    table = api.summary()  # a DataFrame's names label the rows: the zero is left out by name
+    assert "W[c, 1]" not in table.index and "inclusion[c, 1]" not in table.index and "W[c, 0]" in table.index
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--prior", "horseshoe", "--anchors", "c,x"],
+     "--anchors: 'x' is neither a feature of the data (a, b, c, d, e) nor a column index in [0, 5)"),
+    (["--prior", "horseshoe", "--anchors", "c,5"], "--anchors: '5' is neither"),
+    (["--prior", "horseshoe", "--anchors", "c,2"], "--anchors must be None or 2 distinct integer features"),
+    (["--anchors", "c,0"], "--anchors needs --prior horseshoe"),
+])
+def test_bad_anchors_one_line_before_any_fit(extra, message, csv, capsys, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the sampler started")
+
+    monkeypatch.setattr("bayespca.inference.nuts.fit_nuts", refuse)
+    assert main(["fit", str(csv), "--n-components", "2", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+
+
 def test_huge_seed_is_kept_in_the_netcdf_attributes(csv, tmp_path):
     # The seed rule takes ints of any size; netCDF attributes hold int64, so the seed goes as text.
     out = tmp_path / "em.nc"

@@ -55,13 +55,13 @@ import numpy as np
 import pandas as pd
 from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClusterMixin, DensityMixin
-from threadpoolctl import threadpool_limits
 
 from bayespca import gaussian
 from bayespca.data import check_is_fitted, validate_transform
 from bayespca.gaussian import LowRankGaussian
 from bayespca.inference.closed_form import check_rows_leave_noise
 from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
+from bayespca.inference.threads import serial_blas
 from bayespca.inference.weighted import weighted_ppca
 from bayespca.messages import warn
 from bayespca.params import (
@@ -223,7 +223,7 @@ def fit_mixture_em(
                   for _ in range(n_init)]
     best = None
     # Small d x d products and eigenproblems: see fit_robust_em on threads.
-    with threadpool_limits(limits=1, user_api="blas"):
+    with serial_blas(0):
         for weights, g in starts:
             run = _run_em(X, weights, g, k, bound, tol, max_iter)
             if best is None or run[2][-1] > best[2][-1]:

@@ -59,13 +59,13 @@ import numpy as np
 import scipy.special
 from scipy import optimize
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
-from threadpoolctl import threadpool_limits
 
 from bayespca import gaussian
 from bayespca.data import as_float_matrix, check_is_fitted, validate_transform
 from bayespca.gaussian import LowRankGaussian
 from bayespca.inference.closed_form import check_rows_leave_noise
 from bayespca.inference.contract import IDENTIFICATIONS, Draws, Fit, ModelSpec
+from bayespca.inference.threads import serial_blas
 from bayespca.inference.weighted import weighted_ppca
 from bayespca.messages import warn
 from bayespca.params import check_bool, check_choice, check_number, check_sampler_options, check_seed
@@ -299,7 +299,7 @@ def fit_robust_em(
     converged = False
     # Small d x d products and eigenproblems: threading them only adds synchronisation, and on a
     # machine with more busy threads than cores it made each cycle ~30x slower (measured).
-    with threadpool_limits(limits=1, user_api="blas"):
+    with serial_blas(0):
         for _ in range(max_iter):
             delta, base, _ = (np.asarray(a) for a in _distance_and_base(g, X, None))
             if nu is None:

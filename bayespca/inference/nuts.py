@@ -120,6 +120,7 @@ from bayespca.gaussian import LowRankGaussian, canonical_loadings, capacitance_n
 from bayespca.inference import closed_form, rotated_factor
 from bayespca.inference.contract import Draws, Fit, ModelSpec
 from bayespca.inference.rotated_factor import RotatedFactor
+from bayespca.inference.threads import serial_blas
 from bayespca.models import (
     EXPANSION_CONCENTRATION,
     MODELS,
@@ -155,6 +156,8 @@ enable_compilation_cache()
 
 # Above this many sampled parameters the Hessian (p x p) is not formed.
 _MAX_LAPLACE_SIZE = 2000
+# Flops of a symmetric eigendecomposition with its vectors, per p^3 (Golub & Van Loan: about 9).
+_EIGEN_FLOPS = 9.0
 # A horseshoe loading is sampled centred when its start is this many standard errors from 0. Nearer,
 # the horseshoe can still shrink it to 0, a funnel in centred form: at 4, raw iris and standardised
 # wine, k = 3 and 4, gave 2-8 divergent transitions in 4 x 500 draws (the entries the draws shrank
@@ -1469,9 +1472,12 @@ def _preconditioned(noise, columns, identification, loadings, data, start, ahead
             other = _unconstrained(_Static(MODELS[noise], options, ()), data, other)
             starts.append(_ravel(jax.tree.map(np.asarray, other)))
         finish_compiling = ahead(static, data) if ahead is not None else None
-        centre, hessian = _best_mode(static, data, starts)
-        factor = _localized_factor(static, data, hessian, _free_columns(ml, n), centre)
-        factor = _cheapest_factor(static, factor, data["kwargs"]["suff_stats"])
+        # One BLAS thread for the Hessians' eigendecompositions: their rounding, and the chains after
+        # it, then do not follow the machine's core count, and no BLAS thread waits on XLA's.
+        with serial_blas(_EIGEN_FLOPS * centre.size**3):
+            centre, hessian = _best_mode(static, data, starts)
+            factor = _localized_factor(static, data, hessian, _free_columns(ml, n), centre)
+            factor = _cheapest_factor(static, factor, data["kwargs"]["suff_stats"])
         if finish_compiling is not None:
             finish_compiling()
     else:

@@ -60,7 +60,6 @@ from numpyro import handlers
 from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.autoguide import AutoDelta, AutoLowRankMultivariateNormal, AutoNormal
 from numpyro.infer.initialization import init_to_value
-from threadpoolctl import threadpool_limits
 
 from bayespca import priors as prior_classes
 from bayespca.cache import enable_compilation_cache, release_compiled_programs
@@ -68,6 +67,7 @@ from bayespca.chunked import in_memory, is_chunked, sample_rows
 from bayespca.gaussian import LowRankGaussian, canonical_loadings, log_likelihood_from_stats, log_prob
 from bayespca.inference.closed_form import check_rows_leave_noise
 from bayespca.inference.contract import Draws, Fit, ModelSpec
+from bayespca.inference.threads import serial_blas
 from bayespca.linalg import centred_scatter
 from bayespca.models import (
     MODELS,
@@ -343,7 +343,7 @@ def fit_svi(
     The compiled optimisation loop is cached for the last few problem
     configurations (shapes and options, not data values), so refitting data
     of the same shape skips XLA compilation, which otherwise dominates small
-    fits. The loop runs with one BLAS thread (threadpoolctl), restored after.
+    fits. The loop runs with one BLAS thread, restored after.
 
     Examples
     --------
@@ -396,7 +396,7 @@ def fit_svi(
     # The LAPACK calls in the loop are small (k x k, or triangular solves with
     # k rows): threading them only adds synchronisation, and on a machine with
     # more busy threads than cores it made each call ~100x slower (measured).
-    with threadpool_limits(limits=1, user_api="blas"):
+    with serial_blas(0):
         state = svi.init(key, *model_args[0], **model_args[1])
         window = _STOCHASTIC_WINDOW if stochastic else 1
         state, losses, converged, averaged = _run(
@@ -619,7 +619,7 @@ def map_by_svi(
     guide = AutoDelta(model, init_loc_fn=init_to_value(values=start))
     schedule = functools.partial(_decaying_step, lr=learning_rate, num_steps=num_steps)
     svi = SVI(model, guide, numpyro.optim.Adam(schedule), Trace_ELBO())
-    with threadpool_limits(limits=1, user_api="blas"):  # small products: see fit_svi
+    with serial_blas(0):  # small products: see fit_svi
         state = svi.init(as_key(random_state), *model_args[0], **model_args[1])
         state, losses, converged, _ = _run(svi, config, state, model_args, num_steps, tol, progress_bar, 1)
     return guide.median(svi.get_params(state)), losses, converged

@@ -1092,8 +1092,8 @@ def _sampler_statistics(prepared: Prepared) -> Any:
     return patterns if patterns.X is not None else stack_patterns(patterns, PATTERN_MULTIPLE)
 
 
-def _sampling_units(noise: str, d: int, priors: prior_classes.Priors, stats: Any):
-    """Per-feature units FA samples in, and the statistics, data scales and priors there.
+def _sampling_units(spec: ModelSpec, prepared: Prepared, stats: Any):
+    """Per-feature units FA samples in, and the statistics, data scales, priors and loadings prior there.
 
     FA with loadings priors stated per feature (the default, flat) is
     equivariant under rescaling each feature: its posterior in units of
@@ -1105,19 +1105,28 @@ def _sampling_units(noise: str, d: int, priors: prior_classes.Priors, stats: Any
     feature units mix (R-hat 1.007, ESS 1138). pPCA (not equivariant) and
     the other loadings priors keep the working units: ``units`` None.
 
+    The priors are ``spec.prior`` in the working units of ``prepared``, with the noise prior
+    resolved once: FA's default takes an eigendecomposition (d x d) of the data that the model
+    would otherwise repeat at every gradient. The loadings prior is returned resolved.
+
     Returns
     -------
-    units, stats, priors, scales, resolved
+    units, stats, priors, scales, loadings
     """
+    noise, d = spec.noise, prepared.d
+    priors = prior_classes.to_units(prior_classes.as_priors(spec.prior), noise, prepared.scale)
+    if isinstance(priors.loadings, prior_classes.Horseshoe):
+        priors.loadings.check(d)
+    units = None
     scales, resolved = prior_classes.resolve_at_data(priors, noise, suff_stats=stats, n_features=d)
     per_feature = (type(None), prior_classes.Normal, prior_classes.Flat)
-    if noise != "diagonal" or not isinstance(priors.loadings, per_feature):
-        return None, stats, priors, scales, resolved
-    units = np.exp2(np.round(np.log2(np.asarray(scales.sd, dtype=float))))
-    stats = columns_divided(stats, units)
-    priors = prior_classes.to_units(priors, noise, units)
-    resolved_in_units = prior_classes.resolve_at_data(priors, noise, suff_stats=stats, n_features=d)
-    return (units, stats, priors, *resolved_in_units)
+    if noise == "diagonal" and isinstance(priors.loadings, per_feature):
+        units = np.exp2(np.round(np.log2(np.asarray(scales.sd, dtype=float))))
+        stats = columns_divided(stats, units)
+        priors = prior_classes.to_units(priors, noise, units)
+        scales, resolved = prior_classes.resolve_at_data(priors, noise, suff_stats=stats, n_features=d)
+    loadings = jax.tree.map(np.asarray, resolved.loadings)
+    return units, stats, priors._replace(noise=resolved.noise), scales, loadings
 
 
 def _ml_start(prepared: Prepared, spec: ModelSpec, units: np.ndarray | None) -> LowRankGaussian:
@@ -1218,15 +1227,8 @@ def fit_nuts(
     key = as_key(random_state)
     n, d, k, noise = prepared.n, prepared.d, spec.n_components, spec.noise
     check_number(padded_components, "padded_components", integer=True, low=k, high=d, allow_none=True)
-    priors = prior_classes.to_units(prior_classes.as_priors(spec.prior), noise, prepared.scale)
-    if isinstance(priors.loadings, prior_classes.Horseshoe):
-        priors.loadings.check(d)
     working_stats = _sampler_statistics(prepared)
-    units, stats, priors, scales, resolved = _sampling_units(noise, d, priors, working_stats)
-    # The noise prior resolved once here: FA's default takes an eigendecomposition (d x d) of the data
-    # that the model would otherwise repeat at every gradient.
-    priors = priors._replace(noise=resolved.noise)
-    loadings = jax.tree.map(np.asarray, resolved.loadings)
+    units, stats, priors, scales, loadings = _sampling_units(spec, prepared, working_stats)
     identification = identification_for(spec.identification, noise, loadings)
 
     ml = _ml_start(prepared, spec, units)

@@ -376,11 +376,7 @@ def fit_svi(
     structure = _structure(data, spec, data_priors.loadings) if horseshoe else None
     model, sampler = _svi_model(prepared, spec, data, batch_size, sampled_rows, rng, structure)
     start = _start(data, spec, std_priors.loadings, init, structure, rng, n)
-    guide_kwargs = {"init_loc_fn": init_to_value(values=start)}
-    if guide != "delta":
-        # Posterior sds of standardised parameters are O(1/sqrt(n)).
-        guide_kwargs["init_scale"] = min(0.1, 1.0 / math.sqrt(n))
-    auto_guide = _GUIDES[guide](model, **guide_kwargs)
+    auto_guide = _guide(guide, model, start, n)
 
     schedule = functools.partial(_decaying_step, lr=learning_rate, num_steps=num_steps)
     svi = SVI(model, auto_guide, numpyro.optim.Adam(schedule), Trace_ELBO())
@@ -402,17 +398,30 @@ def fit_svi(
         state, losses, converged, averaged = _run(
             svi, config, state, model_args, num_steps, tol, progress_bar, window, sampler
         )
-    if not np.all(np.isfinite(losses)):
-        raise ValueError(
-            f"SVI loss became non-finite at step {int(np.argmin(np.isfinite(losses)))}; "
-            "lower learning_rate or use init='svd'."
-        )
+    _check_finite(losses)
     params = averaged if stochastic else svi.get_params(state)
     g, draws = _point_and_draws(auto_guide, params, data, noise, structure, rng)
     offset = _loss_offset(data, std_priors.loadings, prior_jacobian, guide, noise, k)
     details = SVIResult(auto_guide, params, noise, data.shift, data.scale)
     fit_ll = data.log_likelihood(g)
     return Fit(g, fit_ll, "svi", losses.size, converged, losses + offset, np.zeros(d, bool), draws, details)
+
+
+def _guide(guide: str, model, start: dict, n: int):
+    """The autoguide named ``guide``, centred at ``start``."""
+    guide_kwargs = {"init_loc_fn": init_to_value(values=start)}
+    if guide != "delta":
+        # Posterior sds of standardised parameters are O(1/sqrt(n)).
+        guide_kwargs["init_scale"] = min(0.1, 1.0 / math.sqrt(n))
+    return _GUIDES[guide](model, **guide_kwargs)
+
+
+def _check_finite(losses: np.ndarray) -> None:
+    if not np.all(np.isfinite(losses)):
+        raise ValueError(
+            f"SVI loss became non-finite at step {int(np.argmin(np.isfinite(losses)))}; "
+            "lower learning_rate or use init='svd'."
+        )
 
 
 def _checked_options(prepared, spec, guide, init, num_steps, learning_rate, tol, batch_size) -> tuple:

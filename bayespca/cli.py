@@ -75,6 +75,8 @@ _OPTION_NAMES = {
     r"\bn_components\b": "--n-components",
     r"\bmax_refits\b": "--max-refits",
     r"\banchors\b": "--anchors",
+    r"\bguide='(\w+)'": r"--guide \1",
+    r"\bguide\b": "--guide",
 }
 
 
@@ -372,20 +374,30 @@ def _print_warnings(lines) -> None:
 
 
 # --------------------------------------------------------------------- fit
-def _anchor_indices(text, names) -> list[int] | None:
+def _anchor_indices(args, names) -> list[int] | None:
     """``--anchors``: comma-separated feature names of the data, or their 0-based column indices."""
-    if text is None:
+    if args.anchors is None:
         return None
+    if args.prior != "horseshoe":
+        raise CLIError(f"--anchors needs --prior horseshoe (its anchors fix the rotation); got --prior "
+                       f"{args.prior}")
     indices = []
-    for item in (part.strip() for part in text.split(",")):
+    for item in (part.strip() for part in args.anchors.split(",")):
         if item in names:
-            indices.append(names.index(item))
-        elif item.isdigit() and int(item) < len(names):
-            indices.append(int(item))
+            index = names.index(item)
+        elif item.isdecimal() and int(item) < len(names):
+            index = int(item)
         else:
             shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
             raise CLIError(f"--anchors: {item!r} is neither a feature of the data ({shown}) nor a "
                            f"column index in [0, {len(names)})")
+        if index in indices:
+            raise CLIError(f"--anchors: feature {names[index]!r} given twice; each component needs its own")
+        indices.append(index)
+    k = args.n_components
+    if k is not None and len(indices) != k:
+        raise CLIError(f"--anchors names {len(indices)} feature{'s' * (len(indices) != 1)}; --n-components "
+                       f"{k} needs {k}, one a component")
     return indices
 
 
@@ -402,8 +414,10 @@ def _estimator(args, n_components, names):
         "num_samples": args.draws,
         "num_warmup": args.warmup,
         "target_accept_prob": args.target_accept,
-        "anchors": _anchor_indices(args.anchors, names),
+        "anchors": _anchor_indices(args, names),
     }
+    if args.guide is not None:
+        options["guide"] = args.guide
     if args.model == "fa":
         options["rotation"] = args.rotation
     elif args.rotation is not None:
@@ -763,6 +777,9 @@ def _add_fit_parser(sub, parents) -> None:
                      "default nuts")
     fit.add_argument("--rotation", choices=["varimax", "quartimax", "promax", "oblimin"], default=None,
                      help="rotation of the factors (--model fa)")
+    fit.add_argument("--guide", choices=["delta", "normal", "lowrank"], default=None,
+                     help="with --method svi: the posterior's approximation, delta (a point, the "
+                     "default) or normal / lowrank (needed with --prior horseshoe)")
     fit.add_argument("--anchors", default=None, metavar="FEATURES",
                      help="with --prior horseshoe: one anchor feature per component, names or 0-based "
                      "column indices separated by commas; feature l loads on components 0..l only "

@@ -390,8 +390,12 @@ def test_anchors_by_name_or_index_are_the_python_api_s(frame, csv, tmp_path, cap
     (["--prior", "horseshoe", "--anchors", "c,x"],
      "--anchors: 'x' is neither a feature of the data (a, b, c, d, e) nor a column index in [0, 5)"),
     (["--prior", "horseshoe", "--anchors", "c,5"], "--anchors: '5' is neither"),
-    (["--prior", "horseshoe", "--anchors", "c,2"], "--anchors must be None or 2 distinct integer features"),
-    (["--anchors", "c,0"], "--anchors needs --prior horseshoe"),
+    # a digit that is not a decimal one: int() refuses it
+    (["--prior", "horseshoe", "--anchors", "c,\u00b2"], "--anchors: '\u00b2' is neither"),
+    (["--prior", "horseshoe", "--anchors", "c,2"], "--anchors: feature 'c' given twice"),
+    (["--prior", "horseshoe", "--anchors", "c"], "--anchors names 1 feature; --n-components 2 needs 2"),
+    (["--anchors", "c,0"], "--anchors needs --prior horseshoe (its anchors fix the rotation); got --prior"),
+    (["--prior", "horseshoe", "--method", "svi"], "--guide must be 'normal' or 'lowrank' with the horseshoe"),
 ])
 def test_bad_anchors_one_line_before_any_fit(extra, message, csv, capsys, monkeypatch):
     def refuse(*args, **kwargs):
@@ -401,6 +405,19 @@ def test_bad_anchors_one_line_before_any_fit(extra, message, csv, capsys, monkey
     assert main(["fit", str(csv), "--n-components", "2", *extra]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
+
+
+def test_svi_guide_is_the_python_api_s(frame, csv, capsys):
+    """``--method svi --prior horseshoe --guide normal`` fits what the Python API fits with those
+    parameters (the same loadings, bitwise); the printed loadings are that fit's."""
+    argv = ["fit", str(csv), "--n-components", "2", "--method", "svi", "--prior", "horseshoe",
+            "--guide", "normal", "--seed", "2"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    api = PPCA(2, method="svi", prior="horseshoe", guide="normal", random_state=2).fit(frame)
+    line = next(row for row in printed.splitlines() if row.startswith("b "))
+    np.testing.assert_allclose([float(v) for v in line.split()[1:3]], api.loadings_[1], rtol=1e-5)
+    assert "anchors (feature p_l loads on components 0..l only)" in printed
 
 
 def test_huge_seed_is_kept_in_the_netcdf_attributes(csv, tmp_path):

@@ -298,10 +298,11 @@ class SamplingWarning(UserWarning):
     """NUTS diagnostics flag a problem (divergences, R-hat, effective sample size)."""
 
 
-def worst_of(quantities: dict, chains: int) -> tuple[tuple, tuple]:
+def worst_of(quantities: dict, chains: int, labels: dict | None = None) -> tuple[tuple, tuple]:
     """``(label, R-hat)`` of the largest R-hat and ``(label, ESS)`` of the smallest ESS (bulk or tail).
 
-    ``quantities`` maps names to draws (chain, draw, ...); each scalar series that varies counts.
+    ``quantities`` maps names to draws (chain, draw, ...); each scalar series that varies counts,
+    labelled ``name[j]`` by its flat index ``j`` or by ``labels[name][j]`` where given.
     R-hat is the rank-normalised split R-hat (one chain: its two halves); the ESS the smaller of
     the bulk and the 90% tail ESS.
 
@@ -313,40 +314,44 @@ def worst_of(quantities: dict, chains: int) -> tuple[tuple, tuple]:
     >>> name, bool(rhat > 1.5)
     ('b', True)
     """
-    labels, series = [], []
+    names, series = [], []
     for name, value in quantities.items():
         flat = value.reshape(*value.shape[:2], -1)
-        for j in range(flat.shape[-1]):
+        entries = (labels or {}).get(name, range(flat.shape[-1]))
+        for j, entry in zip(range(flat.shape[-1]), entries, strict=True):
             if np.ptp(flat[..., j]) > 0:
-                labels.append(name if flat.shape[-1] == 1 else f"{name}[{j}]")
+                names.append(name if flat.shape[-1] == 1 else f"{name}[{entry}]")
                 series.append(flat[..., j])
     if not series:
         return (None, 1.0), (None, np.inf)
     series = np.stack(series)
     if chains == 1:  # one chain: compare its two halves (split R-hat), where ArviZ gives NaN
         half = series.shape[2] // 2
-        rhat = rank_rhat(series[:, 0, : 2 * half].reshape(-1, 2, half)) if half >= 2 else np.ones(len(labels))
+        rhat = rank_rhat(series[:, 0, : 2 * half].reshape(-1, 2, half)) if half >= 2 else np.ones(len(names))
     else:
         rhat = rank_rhat(series)
     rhat = np.where(np.isfinite(rhat), rhat, np.inf)  # a stuck chain
     ess = np.fmin(ess_bulk(series), ess_tail(series, prob=0.9))  # NaN (too few draws) ignored
-    worst_rhat = (labels[int(np.argmax(rhat))], float(np.max(rhat))) if np.max(rhat) > 1.0 else (None, 1.0)
+    worst_rhat = (names[int(np.argmax(rhat))], float(np.max(rhat))) if np.max(rhat) > 1.0 else (None, 1.0)
     if np.isnan(ess).all():
         return worst_rhat, (None, np.inf)
-    return worst_rhat, (labels[int(np.nanargmin(ess))], float(np.nanmin(ess)))
+    return worst_rhat, (names[int(np.nanargmin(ess))], float(np.nanmin(ess)))
 
 
-def worst_convergence(draws: Draws, log_lik: np.ndarray | None = None) -> tuple[tuple, tuple]:
+def worst_convergence(draws: Draws, log_lik: np.ndarray | None = None,
+                      feature_names: Any = None) -> tuple[tuple, tuple]:
     """``(label, R-hat)`` of the largest R-hat and ``(label, ESS)`` of the smallest ESS (bulk or tail).
 
     Over the rotation-invariant quantities (see :func:`diagnose`) and the
-    per-draw total log-likelihood ``log_lik`` (chain, draw) when given.
+    per-draw total log-likelihood ``log_lik`` (chain, draw) when given; ``psi``
+    labelled by ``feature_names`` where given, as :func:`to_datatree` labels it.
     """
     # The horseshoe's inclusion weights follow W's labelling: not invariant either.
     quantities = {k: v for k, v in posterior_variables(draws).items() if k not in ("W", "mu", "inclusion")}
     if log_lik is not None:
         quantities["log_lik"] = log_lik
-    return worst_of(quantities, draws.loadings.shape[0])
+    labels = None if feature_names is None else {"psi": list(feature_names)}
+    return worst_of(quantities, draws.loadings.shape[0], labels)
 
 
 def converged(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_chain: int = 100) -> bool:
@@ -363,7 +368,8 @@ def _higher_targets(target: float | None) -> str:
 
 
 def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_chain: int = 100,
-             continuable: bool = False, target_accept_prob: float | None = None) -> list:
+             continuable: bool = False, target_accept_prob: float | None = None,
+             feature_names: Any = None) -> list:
     """Warn (:class:`SamplingWarning`) about divergences, R-hat > 1.01 or low ESS; return the messages.
 
     R-hat and bulk/tail ESS are checked on the rotation-invariant quantities
@@ -373,7 +379,8 @@ def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_cha
     itself by its two halves. ``continuable``: the estimator's chains can
     run on (``sample_more``), which the messages about R-hat and ESS then
     offer (``bayespca.messages.MORE_DRAWS``). ``target_accept_prob``: the
-    sampler's, from which the advice on divergences goes up (None: not known).
+    sampler's, from which the advice on divergences goes up (None: not known). ``feature_names``:
+    the names that label ``psi`` in the messages, as in :func:`to_datatree` (None: indices).
     """
     more = MORE_DRAWS if continuable else ""
     messages = []
@@ -385,7 +392,7 @@ def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_cha
             "or use stronger priors (prior=...)."
         )
     chains = draws.loadings.shape[0]
-    (rhat_label, rhat), (ess_label, ess) = worst_convergence(draws, log_lik)
+    (rhat_label, rhat), (ess_label, ess) = worst_convergence(draws, log_lik, feature_names)
     # ARD (its precisions "alpha" among the draws) already prunes superfluous components.
     fewer = "try fewer" if "alpha" in draws.extra else "try fewer or prior='ard'"
     if not np.isfinite(rhat):

@@ -361,7 +361,8 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         # pointwise values: posterior_ computes those when it is first read (0.2-0.4 s at 4000 x 1000).
         total = draws_log_likelihood(draws, prepared)
         self._posterior_source = (prepared.data, prepared.feature_names, stored <= _MAX_POINTWISE, total)
-        diagnose(draws, total, continuable=True, target_accept_prob=self._target_accept_prob())
+        diagnose(draws, total, continuable=True, target_accept_prob=self._target_accept_prob(),
+                 feature_names=prepared.feature_names)
 
     @functools.cached_property
     def posterior_(self):

@@ -513,6 +513,22 @@ def test_diagnostics_warn_and_name_the_fix():
         assert "(it is 0.95; e.g. 0.99)" in diagnose(draws, target_accept_prob=0.95)[0]
 
 
+def test_diagnostics_name_a_feature_s_noise_as_the_posterior_does():
+    """FA draws whose chains disagree on feature "b"'s noise only: the warning names ``psi[b]``
+    given the features' names, as ``posterior_`` and ``summary()`` label it, else ``psi[1]``."""
+    rng = np.random.default_rng(3)
+    chains, n_draws, d = 2, 200, 3
+    noise = 1.0 + 0.05 * rng.normal(size=(chains, n_draws, d))
+    noise[1, :, 1] += 0.5
+    w = np.ones((chains, n_draws, d, 1)) + 0.05 * rng.normal(size=(chains, n_draws, d, 1))
+    stats_ = {"diverging": np.zeros((chains, n_draws), bool)}
+    draws = Draws(w, noise, np.zeros((chains, n_draws, d)), "none", "diagonal", stats_)
+    for names, label in ((["a", "b", "c"], "psi[b]"), (None, "psi[1]")):
+        with pytest.warns(SamplingWarning):
+            messages = diagnose(draws, feature_names=names)
+        assert messages[0].startswith(f"R-hat of {label} is "), messages
+
+
 def test_energy_and_step_size_recorded_for_bfmi(ppca_fit):
     """ArviZ's BFMI needs the Hamiltonian energy per draw; healthy chains have BFMI well above 0.3."""
     from bayespca.posterior import to_datatree

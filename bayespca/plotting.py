@@ -274,13 +274,16 @@ def _model_name(model) -> str:
     return _MODEL_NAMES.get(type(model).__name__, type(model).__name__)
 
 
-def _estimate_name(model) -> str:
-    """How the shown parameters were estimated, e.g. ``"posterior mean, varimax rotation"``."""
+def _estimate_name(model, rotation: bool = True) -> str:
+    """How the shown parameters were estimated, e.g. ``"posterior mean, varimax rotation"``.
+
+    ``rotation``: name the rotation (not for the noise, which no rotation changes).
+    """
     method = getattr(model, "method_", None)
     parts = [{"nuts": "posterior mean", "svi": "SVI estimate"}.get(method, "maximum likelihood")]
     if method is None:
         parts = []  # PCA: no model to estimate
-    rotation = getattr(model, "rotation", None)
+    rotation = getattr(model, "rotation", None) if rotation else None
     if isinstance(rotation, str):
         parts.append(f"{rotation} rotation")
     return ", ".join(parts)
@@ -731,14 +734,14 @@ def plot_noise(model, *, ci_prob=0.89, bins=30, feature_names=None, ax=None):
             ax.set_ylabel("draws")
         else:
             # One number: say it, and where its uncertainty would come from.
-            ax.axvline(model.noise_variance_, color="C0", label="maximum likelihood")
+            ax.axvline(model.noise_variance_, color="C0", label=_estimate_name(model, rotation=False))
             note = f"sigma^2 = {float(model.noise_variance_):.4g}\n(method='nuts' draws its posterior)"
             ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", fontsize="medium",
                     bbox={"facecolor": "white", "edgecolor": "0.8"})
             ax.set_yticks([])
         ax.set_xlabel("sigma^2")
         _legend_clear_of_data(ax, fontsize="small")
-        how = "posterior draws" if bayesian else _estimate_name(model)
+        how = "posterior draws" if bayesian else _estimate_name(model, rotation=False)
         ax.set_title(f"{_model_name(model)} noise variance sigma^2 ({how})", fontsize="medium")
         return ax
     psi = np.asarray(model.noise_variance_)
@@ -753,7 +756,7 @@ def plot_noise(model, *, ci_prob=0.89, bins=30, feature_names=None, ax=None):
         ax.set_xlabel(f"psi (posterior mean, {ci_prob:.0%} interval)")
     else:
         ax.plot(psi, rows, "o", color="C0")
-        ax.set_xlabel("psi (maximum likelihood)")
+        ax.set_xlabel(f"psi ({_estimate_name(model, rotation=False)})")
     ax.set_yticks(rows, names)
     ax.invert_yaxis()
     ax.set_title(f"{_model_name(model)} noise variances psi (uniquenesses)", fontsize="medium")

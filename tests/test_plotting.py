@@ -380,6 +380,20 @@ def test_noise_ml_point_estimates(data):
     # ML uniquenesses: the diagonal of the sample covariance (denominator n) minus that of W W^T.
     ml_var = data.to_numpy().var(0)
     np.testing.assert_allclose(ax.lines[0].get_xdata(), ml_var - np.sum(fa.loadings_**2, 1), rtol=1e-4)
+    assert ax.get_xlabel() == "psi (maximum likelihood)"
+
+
+def test_noise_of_an_svi_fit_is_said_to_be_its_estimate(data):
+    """SVI's noise is its own estimate, not the maximum-likelihood one (MAP under the priors):
+    said so in pPCA's legend and FA's axis label, and plotted at its value."""
+    ppca = PPCA(K, method="svi", random_state=0).fit(data)
+    ax = plot_noise(ppca)
+    assert ax.get_legend().get_texts()[0].get_text() == "SVI estimate"
+    np.testing.assert_allclose(ax.lines[0].get_xdata(), ppca.noise_variance_, rtol=1e-12)
+    fa = FactorAnalysis(K, method="svi", random_state=0, rotation="varimax").fit(data)
+    ax = plot_noise(fa)
+    assert ax.get_xlabel() == "psi (SVI estimate)"  # no rotation changes the noise
+    np.testing.assert_allclose(ax.lines[0].get_xdata(), fa.noise_variance_, rtol=1e-12)
 
 
 # ------------------------------------------------------- model comparison

@@ -289,6 +289,20 @@ def _estimate_name(model, rotation: bool = True) -> str:
     return ", ".join(parts)
 
 
+def _structural_zeros(model, draws, shape) -> np.ndarray:
+    """Zeros of the identification (the horseshoe's triangle), not estimates: labelled, not plotted.
+
+    Entries 0 in every draw; without draws (SVI), those the anchors ``anchors_`` fix,
+    ``W[p_i, l] = 0`` for ``l > i``.
+    """
+    if draws is not None:
+        return np.all(draws == 0.0, axis=0)
+    fixed = np.zeros(shape, bool)
+    for i, p in enumerate(getattr(model, "anchors_", None) or ()):
+        fixed[p, i + 1:] = True
+    return fixed
+
+
 def _loadings_draws(model):
     """Posterior draws of the (rotated) loadings, shape (draws, n_features, k), or None for ML fits."""
     if getattr(model, "nuts_", None) is None:
@@ -525,8 +539,7 @@ def plot_loadings(model, *, kind="heatmap", ci_prob=0.89, feature_names=None, ax
     draws = _loadings_draws(model)
     mean = _loadings(model) if draws is None else draws.mean(axis=0)
     d, k = mean.shape
-    # Zeros of the identification (the horseshoe's triangle), not estimates: labelled, not plotted.
-    fixed = np.zeros((d, k), bool) if draws is None else np.all(draws == 0.0, axis=0)
+    fixed = _structural_zeros(model, draws, (d, k))
     names = _feature_names(model, feature_names, d)
     ax = _new_axes(ax)
     if kind == "interval":

@@ -257,6 +257,22 @@ def test_loadings_of_the_horseshoe_label_the_anchors_zeros_fixed(data):
     plt.close("all")
 
 
+def test_svi_horseshoe_loadings_label_the_anchors_zeros_fixed(data):
+    """Without draws (SVI, normal guide), the zeros the anchors fix are those of the triangle,
+    ``W[p_i, l]`` for ``l > i``: k = 3, anchors (2, 0, 4) fix (2, 1), (2, 2), (0, 2), each an exact 0 of
+    ``loadings_``; every other cell shows its loading."""
+    model = PPCA(3, method="svi", prior="horseshoe", guide="normal", anchors=(2, 0, 4),
+                 random_state=0).fit(data)
+    ax = plot_loadings(model)
+    fixed = {(round(t.get_position()[1]), round(t.get_position()[0])) for t in ax.texts
+             if t.get_text() == "fixed"}
+    assert fixed == {(2, 1), (2, 2), (0, 2)} and "fixed: 0" in ax.get_title()
+    assert all(model.loadings_[j, c] == 0.0 for j, c in fixed)
+    shown = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in ax.texts}
+    assert shown[(1, 2)].startswith(f"{model.loadings_[1, 2]:.2f}")
+    plt.close("all")
+
+
 def test_loadings_heatmap_ml_and_interval_needs_nuts(data):
     W, _ = _ml_ppca_numpy(data.to_numpy())
     model = PPCA(K).fit(data)

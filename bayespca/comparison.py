@@ -706,6 +706,11 @@ def _fit_options(estimator: type, fit_kwargs: dict, ks: list[int], d: int) -> di
         )
     check_number(fit_kwargs.get("padded_components"), "padded_components", integer=True, low=max(ks), high=d,
                  allow_none=True)
+    if fit_kwargs.get("anchors") is not None:
+        raise ValueError(
+            f"anchors name one feature per component, so no one list serves n_components {ks}; got "
+            f"anchors={fit_kwargs['anchors']!r}. Leave it None: each k's fit chooses its own (anchors_)."
+        )
     # One compiled sampler for every k (ignored where the model cannot be padded), while the
     # padded model stays small enough that compiling dominates what padding adds to sampling.
     return {"padded_components": max(ks) if d * max(ks) <= _PADDED_SIZE else None, **fit_kwargs}

@@ -449,6 +449,8 @@ def test_bad_arguments(three, result):
         compare_n_components(three, [1, 8], model="fa")
     with pytest.raises(TypeError, match="n_components must be"):
         compare_n_components(three, 3)
+    with pytest.raises(ValueError, match=r"no one list serves n_components \[1, 2\]; got anchors=\[0, 1\]"):
+        compare_n_components(three, [1, 2], prior="horseshoe", anchors=[0, 1])
     with pytest.raises(ValueError, match="cv must be"):
         compare_n_components(three, [1, 2], cv=1)
     with pytest.raises(ValueError, match="cv must be .* <= 4; got 5"):

@@ -132,14 +132,18 @@ def check_choice(value: Any, name: str, choices: Collection, *, allow_none: bool
     return value
 
 
-def check_anchors(anchors: Any, n_features: int, n_components: int) -> tuple[int, ...] | None:
+def check_anchors(anchors: Any, n_features: int, n_components: int,
+                  feature_names: Any = None) -> tuple[int, ...] | None:
     """The anchor features of the horseshoe's triangle: None, or ``n_components`` distinct ints in
-    ``[0, n_features)``, as a tuple.
+    ``[0, n_features)``, as a tuple; names of ``feature_names`` (the data's columns) stand for
+    their indices.
 
     Examples
     --------
     >>> check_anchors([3, 0], 5, 2), check_anchors(range(2), 5, 2)
     ((3, 0), (0, 1))
+    >>> check_anchors(["c", 0], 3, 2, feature_names=["a", "b", "c"])
+    (2, 0)
     >>> check_anchors((1, 1), 5, 2)
     Traceback (most recent call last):
     ...
@@ -147,15 +151,19 @@ def check_anchors(anchors: Any, n_features: int, n_components: int) -> tuple[int
     """
     if anchors is None:
         return None
-    sequence = isinstance(anchors, Sequence | np.ndarray) and not isinstance(anchors, str | bytes)
-    given = list(anchors) if sequence else None
+    one_d = isinstance(anchors, Sequence) or (hasattr(anchors, "__array__") and np.ndim(anchors) == 1)
+    given = list(anchors) if one_d and not isinstance(anchors, str | bytes) else None
+    names = [] if feature_names is None else [str(name) for name in feature_names]
+    if given is not None:
+        given = [names.index(a) if isinstance(a, str) and a in names else a for a in given]
     ok = given is not None and len(given) == n_components and all(
         isinstance(a, int | np.integer) and not isinstance(a, bool | np.bool_) and 0 <= a < n_features
         for a in given
     )
     if not ok or len(set(int(a) for a in given)) != n_components:
+        named = " (or their names)" if names else ""
         raise ValueError(
-            f"anchors must be None or {n_components} distinct integer features in [0, {n_features}); "
+            f"anchors must be None or {n_components} distinct integer features in [0, {n_features}){named}; "
             f"got {anchors!r}."
         )
     return tuple(int(a) for a in given)

@@ -159,7 +159,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
                      allow_none=True)
         self._check_prior(method)
         check_choice(self.identification, "identification", IDENTIFICATIONS, allow_none=True)
-        anchors = self._check_anchors(prepared.d, k)
+        anchors = self._check_anchors(prepared, k)
         check_seed(self.random_state)
         progress = None if self.progress_bar is None else check_bool(self.progress_bar, "progress_bar")
         floor = check_number(self.noise_floor, "noise_floor", low=0, high=1, low_open=True, high_open=True)
@@ -232,9 +232,9 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
                 "sparse estimate); got guide='delta'."
             )
 
-    def _check_anchors(self, d: int, k: int) -> tuple | None:
-        """``anchors`` checked, as a tuple: only the horseshoe's triangle has anchors."""
-        anchors = check_anchors(self.anchors, d, k)
+    def _check_anchors(self, prepared: Prepared, k: int) -> tuple | None:
+        """``anchors`` checked, as a tuple of indices: only the horseshoe's triangle has anchors."""
+        anchors = check_anchors(self.anchors, prepared.d, k, prepared.feature_names)
         if anchors is None:
             return None
         from bayespca.priors import is_named
@@ -775,11 +775,12 @@ class PPCA(_LowRankGaussianModel):
         most). With the polar identification and the default or flat loadings
         prior; ignored otherwise, though checked at fit whatever the method.
         :func:`bayespca.comparison.compare_n_components` sets it.
-    anchors : sequence of int or None, default=None
+    anchors : sequence of int (or of column names) or None, default=None
         With ``prior="horseshoe"`` and its triangle (identification None or
         ``"lower_triangular"``): the ``n_components`` distinct anchor features
         ``p_1..p_k``, ``W_{p_i l} = 0`` for ``l > i`` (feature ``p_i`` loads on
-        the first ``i`` factors only), e.g. a marker feature of each factor.
+        the first ``i`` factors only), e.g. a marker feature of each factor;
+        a DataFrame's column names may stand for their indices.
         None: chosen from the maximum-likelihood loadings
         (:func:`bayespca.models.pivot_anchors`), reported as ``anchors_``.
 

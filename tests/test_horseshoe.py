@@ -4,6 +4,7 @@ import itertools
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from bayespca.inference.contract import ModelSpec
@@ -271,6 +272,14 @@ def test_anchors_given_are_the_structural_zeros_and_reach_the_loo_refits(data):
     assert nuts.anchors_ == (5, 11) and svi.anchors_ == (11, 5)
     assert np.all(nuts.loadings_samples_[..., 5, 1] == 0.0) and svi.loadings_[11, 1] == 0.0
     assert np.count_nonzero(nuts.loadings_ == 0.0) == 1 and np.abs(nuts.loadings_[11, 1]) > 0.5
+
+    # A DataFrame's column names stand for their indices (in any 1-d container): the same fit.
+    frame = pd.DataFrame(X, columns=[f"f{j}" for j in range(X.shape[1])])
+    for given in (["f11", "f5"], pd.Index([11, 5]), np.array(["f11", 5], dtype=object)):
+        named = FactorAnalysis(K, method="svi", prior="horseshoe", guide="normal", anchors=given,
+                               random_state=0).fit(frame)
+        assert named.anchors_ == (11, 5)
+        np.testing.assert_array_equal(named.loadings_, svi.loadings_)
 
     pivoted = PPCA(K, method="nuts", prior="horseshoe", **quick)
     pivoted.anchors_ = (7, 2)  # as if its fit had chosen them

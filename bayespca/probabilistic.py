@@ -787,10 +787,13 @@ class PPCA(_LowRankGaussianModel):
     Attributes
     ----------
     components_ : ndarray of shape (n_components_, n_features)
-        ``W^T``: orthogonal rows of decreasing norm (the principal axes
-        scaled by ``sqrt(lambda_j - sigma^2)``), each with its
-        largest-magnitude entry positive. Closed form, EM and SVI give the
-        same rows, not only the same ``W W^T``.
+        ``W^T``. By maximum likelihood: orthogonal rows of decreasing norm
+        (the principal axes scaled by ``sqrt(lambda_j - sigma^2)``), each
+        with its largest-magnitude entry positive; closed form, EM and SVI
+        give the same rows, not only the same ``W W^T``. By NUTS the
+        posterior mean of ``W`` in its identification's orientation, and
+        under ``prior="horseshoe"`` (NUTS or SVI) the triangle's sparse
+        loadings: neither is rotated to orthogonal rows.
     loadings_ : ndarray of shape (n_features, n_components_)
         ``W``.
     noise_variance_ : float

@@ -313,8 +313,9 @@ def test_iris_samples_cleanly_under_the_horseshoe_at_the_defaults():
 @pytest.mark.parametrize(
     ("load", "model", "k"),
     [(load_iris, PPCA, 3), (load_iris, PPCA, 2), (load_diabetes, FactorAnalysis, 1),
-     (load_diabetes, FactorAnalysis, 6)],
-    ids=["iris-ppca-3", "iris-std-ppca-2", "diabetes-std-fa-1", "diabetes-std-fa-6"],
+     (load_diabetes, FactorAnalysis, 6), (load_breast_cancer, FactorAnalysis, 7)],
+    ids=["iris-ppca-3", "iris-std-ppca-2", "diabetes-std-fa-1", "diabetes-std-fa-6",
+         "breast_cancer-std-fa-7"],
 )
 def test_real_data_sample_cleanly_with_the_defaults(load, model, k):
     """Issue 12's real-data panel, short: default settings (4 chains x 500 + 500), 0 divergences,
@@ -325,7 +326,9 @@ def test_real_data_sample_cleanly_with_the_defaults(load, model, k):
     machine's draws, below 1.01 on others'. FA with 6 factors on 10 features (the Ledermann bound)
     has weak factors whose scales may meet: sampled in polar coordinates its chains disagreed (R-hat
     1.041, ESS 196); FA's draws are reported in factanal's orientation whatever coordinates the
-    chains moved in."""
+    chains moved in. Breast cancer FA k = 7 has a weak factor with two roles (worst compactness, or
+    the smoothness features) that chains run with the Laplace metric crossed rarely (R-hat 1.016,
+    ESS 182 on psi of worst compactness); they run again with their draws' covariance as metric."""
     X = load().data
     if k != 3:
         X = (X - X.mean(0)) / X.std(0)

@@ -416,6 +416,8 @@ def _estimator(args, n_components, names):
         "target_accept_prob": args.target_accept,
         "anchors": _anchor_indices(args, names),
     }
+    if args.guide is not None and args.method != "svi":
+        raise CLIError(f"--guide {args.guide} needs --method svi (got --method {args.method})")
     if args.guide is not None:
         options["guide"] = args.guide
     if args.model == "fa":

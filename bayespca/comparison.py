@@ -706,7 +706,7 @@ def _fit_options(estimator: type, fit_kwargs: dict, ks: list[int], d: int) -> di
         )
     check_number(fit_kwargs.get("padded_components"), "padded_components", integer=True, low=max(ks), high=d,
                  allow_none=True)
-    if fit_kwargs.get("anchors") is not None:
+    if fit_kwargs.get("anchors") is not None and len(ks) > 1:
         raise ValueError(
             f"anchors name one feature per component, so no one list serves n_components {ks}; got "
             f"anchors={fit_kwargs['anchors']!r}. Leave it None: each k's fit chooses its own (anchors_)."

@@ -396,6 +396,7 @@ def test_anchors_by_name_or_index_are_the_python_api_s(frame, csv, tmp_path, cap
     (["--prior", "horseshoe", "--anchors", "c"], "--anchors names 1 feature; --n-components 2 needs 2"),
     (["--anchors", "c,0"], "--anchors needs --prior horseshoe (its anchors fix the rotation); got --prior"),
     (["--prior", "horseshoe", "--method", "svi"], "--guide must be 'normal' or 'lowrank' with the horseshoe"),
+    (["--guide", "normal"], "--guide normal needs --method svi (got --method nuts)"),
 ])
 def test_bad_anchors_one_line_before_any_fit(extra, message, csv, capsys, monkeypatch):
     def refuse(*args, **kwargs):

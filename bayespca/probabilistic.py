@@ -300,7 +300,9 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         convergence check are brought up to date, as though the fit had drawn
         them all: the same Markov chains, so a fit of ``num_samples=m`` continued
         by ``n`` has the draws of a fit of ``m + n`` (bit for bit where
-        ``num_warmup + m`` is a multiple of 50, the sampler's chunk). The remedy
+        ``num_warmup + m`` is a multiple of 50, the sampler's chunk, and
+        neither fit ran its chains a second time because the first failed the
+        check: then each kept the run it judged better). The remedy
         for the warnings of too few effective draws (100 a chain) or a small
         R-hat excess, at the cost of the new draws only; chains in different
         modes stay there.

@@ -156,8 +156,6 @@ enable_compilation_cache()
 
 # Above this many sampled parameters the Hessian (p x p) is not formed.
 _MAX_LAPLACE_SIZE = 2000
-# Flops of a symmetric eigendecomposition with its vectors, per p^3 (Golub & Van Loan: about 9).
-_EIGEN_FLOPS = 9.0
 # A horseshoe loading is sampled centred when its start is this many standard errors from 0. Nearer,
 # the horseshoe can still shrink it to 0, a funnel in centred form: at 4, raw iris and standardised
 # wine, k = 3 and 4, gave 2-8 divergent transitions in 4 x 500 draws (the entries the draws shrank
@@ -1274,7 +1272,8 @@ def continue_chains(chains: Chains, draws: Draws, num_samples: int, progress_bar
     the fit's), so the draws continue the same Markov chains: a fit of
     ``num_samples=m`` continued by ``n`` gives the draws of one of ``m + n``
     where ``num_warmup + m`` is a multiple of the compiled chunk, 50
-    transitions (otherwise the chains resume after that chunk's end).
+    transitions (otherwise the chains resume after that chunk's end), and
+    neither fit kept a second run (:func:`_with_pilot_metric`, or another chart).
 
     Parameters
     ----------
@@ -1422,8 +1421,9 @@ def _with_pilot_metric(draws: Draws, chains: Chains, xi: np.ndarray, sampling: t
     it passes the check or mixes better (:func:`_mixes_better`). The Laplace fit at the mode sees one
     mode; where a weak factor moves between two roles (breast cancer, FA k = 7: worst compactness or
     the smoothness features) the draws' spread along that move is wider than it says, and the
-    chains crossed rarely at 15-31 leapfrog steps a draw (bulk ESS 153-246 on ``psi``, seeds 0-2; with
-    the draws' covariance 442-626). Only for a dense factor (the rotated and diagonal ones are for
+    chains crossed rarely at 15-31 leapfrog steps a draw (raw and standardised, seeds 0-4: every fit
+    failed the check, bulk ESS 80-292 on ``psi``; with the draws' covariance 7 of the 10 pass).
+    Only for a dense factor (the rotated and diagonal ones are for
     models too large for a p x p covariance) and chains long enough (``_PILOT_MIN_DRAWS``);
     ``(draws, chains)``.
     """
@@ -1432,10 +1432,11 @@ def _with_pilot_metric(draws: Draws, chains: Chains, xi: np.ndarray, sampling: t
     enough = xi.shape[1] >= _PILOT_MIN_DRAWS and len(flat) >= _PILOT_DRAWS_PER_PARAMETER * flat.shape[1]
     if not (dense and enough) or _chains_agree(draws, stats):
         return draws, chains
-    theta = chains.data["centre"] + flat @ factor.T
-    weight = len(flat) / (len(flat) + _PILOT_PRIOR_DRAWS)
-    covariance = weight * np.cov(theta.T) + (1.0 - weight) * factor @ factor.T
-    data = {**chains.data, "centre": theta.mean(axis=0), "factor": np.linalg.cholesky(covariance)}
+    with serial_blas(0):  # as the Laplace factor's: the same draws on any number of cores
+        theta = chains.data["centre"] + flat @ factor.T
+        weight = len(flat) / (len(flat) + _PILOT_PRIOR_DRAWS)
+        covariance = weight * np.cov(theta.T) + (1.0 - weight) * factor @ factor.T
+        data = {**chains.data, "centre": theta.mean(axis=0), "factor": np.linalg.cholesky(covariance)}
     other, other_chains, _ = _run(chains.static, data, sampling, key, 1.0, None)
     return (other, other_chains) if _mixes_better(other, draws, stats) else (draws, chains)
 
@@ -1510,9 +1511,11 @@ def _preconditioned(noise, columns, identification, loadings, data, start, ahead
             other = _unconstrained(_Static(MODELS[noise], options, ()), data, other)
             starts.append(_ravel(jax.tree.map(np.asarray, other)))
         finish_compiling = ahead(static, data) if ahead is not None else None
-        # One BLAS thread for the Hessians' eigendecompositions: their rounding, and the chains after
-        # it, then do not follow the machine's core count, and no BLAS thread waits on XLA's.
-        with serial_blas(_EIGEN_FLOPS * centre.size**3):
+        # One BLAS thread for the Hessians' eigendecompositions whatever their size: their rounding,
+        # and the chains after it, then do not follow the machine's core count (a seed gives the same
+        # draws), and no BLAS thread waits on XLA's. On 2 busy cores one thread was faster at every
+        # size measured (p = 300: 0.07 s against 1.3 s; p = 2000: 3.6 s against 10.2 s).
+        with serial_blas(0):
             centre, hessian = _best_mode(static, data, starts)
             factor = _localized_factor(static, data, hessian, _free_columns(ml, n), centre)
             factor = _cheapest_factor(static, factor, data["kwargs"]["suff_stats"])

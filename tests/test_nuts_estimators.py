@@ -351,7 +351,7 @@ def test_chains_that_fail_the_check_run_again_on_their_draws_metric_and_the_same
     as centre and metric, and keeps that run. An affine map of the coordinates: both runs sample one
     posterior, so the means of sigma^2 and of W W^T's eigenvalues agree within 4 Monte Carlo standard
     errors (sd / sqrt(bulk ESS) of each run). Breast cancer FA k = 7, whose chains this is for, is in
-    ``benchmarks/bench_nuts_real.py`` (7 of 10 fits pass with it, none without; too few for a test
+    ``benchmarks/bench_nuts_real.py`` (5 of 10 fits pass with it, none without; too few for a test
     that must pass on any machine's rounding)."""
     import bayespca.inference.nuts as nuts
     from bayespca.convergence import ess_bulk

@@ -1422,7 +1422,8 @@ def _with_pilot_metric(draws: Draws, chains: Chains, xi: np.ndarray, sampling: t
     mode; where a weak factor moves between two roles (breast cancer, FA k = 7: worst compactness or
     the smoothness features) the draws' spread along that move is wider than it says, and the
     chains crossed rarely at 15-31 leapfrog steps a draw (raw and standardised, seeds 0-4: every fit
-    failed the check, bulk ESS 80-292 on ``psi``; with the draws' covariance 7 of the 10 pass).
+    failed the check, smallest bulk ESS 101 on ``psi``; with the draws' covariance 5 of the 10 pass,
+    smallest ESS 354).
     Only for a dense factor (the rotated and diagonal ones are for
     models too large for a p x p covariance) and chains long enough (``_PILOT_MIN_DRAWS``);
     ``(draws, chains)``.

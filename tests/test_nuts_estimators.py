@@ -345,7 +345,9 @@ def test_real_data_sample_cleanly_with_the_defaults(load, model, k):
         assert (np.diff(diagonal, axis=-1) <= 0).all()
 
 
-def test_chains_that_fail_the_check_run_again_on_their_draws_metric_and_the_same_posterior(monkeypatch):
+def test_chains_that_fail_the_check_run_again_on_their_draws_metric_and_the_same_posterior(
+    monkeypatch, capsys
+):
     """Iris, pPCA k = 2, 4 x 400 draws, the users' check made to fail once: the fit runs again with
     the first run's draws' mean and (slightly shrunk) covariance in the sampled coordinates ``theta``
     as centre and metric, and keeps that run. An affine map of the coordinates: both runs sample one
@@ -370,8 +372,10 @@ def test_chains_that_fail_the_check_run_again_on_their_draws_metric_and_the_same
     monkeypatch.setattr(nuts, "_run", recorded_run)
     monkeypatch.setattr(nuts, "_chains_agree", failing_once)
     monkeypatch.setattr(nuts, "_mixes_better", lambda new, old, stats: True)
-    fit = PPCA(2, method="nuts", num_samples=400, random_state=0, progress_bar=False).fit(load_iris().data)
+    fit = PPCA(2, method="nuts", num_samples=400, random_state=0, progress_bar=True).fit(load_iris().data)
     assert len(runs) == 2
+    bars = capsys.readouterr().err  # the second run's progress bar says why it runs
+    assert "NUTS again, chains disagreed: draws' metric" in bars
     (first, chains, xi), (second, other, _) = runs
     theta = chains.data["centre"] + xi.reshape(-1, xi.shape[-1]) @ chains.data["factor"].T
     np.testing.assert_allclose(other.data["centre"], theta.mean(0), rtol=1e-12, atol=1e-12)

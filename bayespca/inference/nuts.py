@@ -686,7 +686,7 @@ def _chain_seeds(key: jax.Array, num_chains: int):
     return jax.random.key_data(key_init), keys, tuple(keys[c] for c in range(num_chains))
 
 
-def _run_chains(static, settings, data, start, lengths, chain_method, progress_bar):
+def _run_chains(static, settings, data, start, lengths, chain_method, progress_bar, label="NUTS"):
     """Draws of ``xi`` (chain, draw, p), the sampler's statistics (chain, draw) by field, in NumPy,
     and the chains' final states.
 
@@ -703,7 +703,7 @@ def _run_chains(static, settings, data, start, lengths, chain_method, progress_b
     num_chains = init.z.shape[0]
     num_warmup, num_samples = lengths
     chunks = -(-(num_warmup + num_samples) // _CHUNK)
-    bar = _progress(num_chains * chunks * _CHUNK, progress_bar)
+    bar = _progress(num_chains * chunks * _CHUNK, progress_bar, label)
     if chain_method == "vectorized":
         states = _start_all(static, settings, data, init, keys)
     else:
@@ -796,6 +796,10 @@ class _Counter:
             self.value += n
 
 
+# The progress bar of a second run, which the first run's chains failing the users' check started.
+_AGAIN = "NUTS again, chains disagreed: "
+
+
 def _cpus() -> int:
     """The number of CPUs this process may run on."""
     if hasattr(os, "sched_getaffinity"):
@@ -803,15 +807,15 @@ def _cpus() -> int:
     return os.cpu_count() or 1
 
 
-def _progress(total: int, progress_bar: bool | None):
-    """A tqdm bar over the transitions (None: shown in a terminal or a notebook only)."""
+def _progress(total: int, progress_bar: bool | None, label: str = "NUTS"):
+    """A tqdm bar over the transitions labelled ``label`` (None: shown in a terminal or a notebook only)."""
     from bayespca.messages import interactive
 
     if not (interactive() if progress_bar is None else progress_bar):
         return None
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc="NUTS", unit="it")
+    return tqdm(total=total, desc=label, unit="it")
 
 
 # The sites of pPCA and FA that fit_nuts reads back (not the coordinates of W).
@@ -868,7 +872,7 @@ class Chains:
 
 
 def _sample(static: _Static, data: dict, run: tuple, key: jax.Array, init_scale: float, kept: tuple | None,
-            search: _Static | None = None):
+            search: _Static | None = None, label: str = "NUTS"):
     """Constrained draws (chain * draw, ...), sampler statistics, the :class:`Chains` and the draws of
     ``xi`` (chain, draw, p), chains started around the centre.
 
@@ -885,7 +889,7 @@ def _sample(static: _Static, data: dict, run: tuple, key: jax.Array, init_scale:
     seed, keys, chain_keys = _chain_seeds(key, num_chains)
     normal = np.random.default_rng(np.asarray(seed)).standard_normal((num_chains, size))
     start = (_param_info(search or static, data, init_scale * normal), keys, chain_keys)
-    xi, extra, states = _run_chains(static, settings, data, start, lengths, chain_method, progress_bar)
+    xi, extra, states = _run_chains(static, settings, data, start, lengths, chain_method, progress_bar, label)
     sites = _constrained_draws(static, data, xi.reshape(-1, size), kept)
     # The arguments as they are now: a later run of the same fit sets some of them anew.
     arguments = {**data, "kwargs": dict(data["kwargs"])}
@@ -1193,7 +1197,8 @@ def fit_nuts(
     random_state : None, int, numpy Generator or RandomState
     progress_bar : bool or None, default=None
         A progress bar over the transitions; None shows it in a terminal or
-        a notebook only.
+        a notebook only. Chains that fail the check and run again show a
+        second bar, "NUTS again, chains disagreed: ..." with what changes.
     padded_components : int or None, default=None
         Sample ``W`` with this many columns (at least ``n_components``), the
         last ones inactive (the model's ``active_components``): the same
@@ -1248,12 +1253,14 @@ def fit_nuts(
         if not _chains_agree(draws, stats):
             # W's own coordinates have no singularity; draws reported in the same orientation.
             search, static, init_scale = _preconditioned(noise, (k, None), "none", loadings, data, start)
-            draws, chains, xi = _run(static, data, sampling, jax.random.fold_in(key, 1), init_scale, search)
+            again, label = jax.random.fold_in(key, 1), _AGAIN + "W's coordinates"
+            draws, chains, xi = _run(static, data, sampling, again, init_scale, search, label)
     elif _last_scale_stuck(draws, identification, noise, k, loadings, reparam):
         # Unpadded (the chart needs the last column active): a padded fit compiles a sampler of its own.
         data["kwargs"]["last_column_scale"] = _last_scale(start_point)
         search, static, init_scale = _preconditioned(noise, (k, None), identification, loadings, data, start)
-        cartesian = _run(static, data, sampling, jax.random.fold_in(key, 1), init_scale, search)
+        again = jax.random.fold_in(key, 1)
+        cartesian = _run(static, data, sampling, again, init_scale, search, _AGAIN + "Cartesian column")
         if _mixes_better(cartesian[0], draws, stats):
             draws, chains, xi = cartesian
     draws, chains = _with_pilot_metric(draws, chains, xi, sampling, jax.random.fold_in(key, 2), stats)
@@ -1398,11 +1405,12 @@ def _mixes_better(new: Draws, old: Draws, stats: Any) -> bool:
     return _smallest_ess(new, stats) > _smallest_ess(old, stats)
 
 
-def _run(static: _Static, data: dict, sampling: tuple, key, init_scale: float, search: _Static | None):
+def _run(static: _Static, data: dict, sampling: tuple, key, init_scale: float, search: _Static | None,
+         label: str = "NUTS"):
     """:func:`_sample`'s draws identified: ``(draws, chains, xi)``; ``sampling`` is ``(run, report)``
-    (:func:`_draws`)."""
+    (:func:`_draws`); ``label`` names the progress bar (a second run says why it runs)."""
     run, report = sampling
-    sites, sample_stats, chains, xi = _sample(static, data, run, key, init_scale, _KEPT_SITES, search)
+    sites, sample_stats, chains, xi = _sample(static, data, run, key, init_scale, _KEPT_SITES, search, label)
     return _draws(sites, sample_stats, report, (run[2], run[1])), chains, xi
 
 
@@ -1438,7 +1446,7 @@ def _with_pilot_metric(draws: Draws, chains: Chains, xi: np.ndarray, sampling: t
         weight = len(flat) / (len(flat) + _PILOT_PRIOR_DRAWS)
         covariance = weight * np.cov(theta.T) + (1.0 - weight) * factor @ factor.T
         data = {**chains.data, "centre": theta.mean(axis=0), "factor": np.linalg.cholesky(covariance)}
-    other, other_chains, _ = _run(chains.static, data, sampling, key, 1.0, None)
+    other, other_chains, _ = _run(chains.static, data, sampling, key, 1.0, None, _AGAIN + "draws' metric")
     return (other, other_chains) if _mixes_better(other, draws, stats) else (draws, chains)
 
 

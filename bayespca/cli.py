@@ -29,7 +29,8 @@ posterior, sample statistics, pointwise log-likelihood and observed data,
 plus a ``point_estimate`` group (the posterior mean of ``W``, the noise and
 ``mu``); for maximum-likelihood methods the ``point_estimate`` group alone.
 The root attributes record the model, method, seed and sampler settings
-(a seed beyond the int64 range as its decimal string).
+(a seed beyond the int64 range as its decimal string; for NUTS the target
+acceptance used, which by default depends on the prior).
 Read it back with ``xarray.open_datatree(path)``.
 
 Importing this module loads no numerical library: ``bayespca --help``
@@ -465,7 +466,6 @@ def _datatree(model, args, feature_names):
             # netCDF attributes hold at most int64; any larger seed (the rule allows any size) as text.
             "seed": args.seed if args.seed < 2**63 else str(args.seed),
             "prior": args.prior,
-            "target_accept": -1.0 if args.target_accept is None else float(args.target_accept),
             "num_chains": int(args.chains),
             "num_samples": int(args.draws),
             "num_warmup": int(args.warmup),
@@ -473,6 +473,8 @@ def _datatree(model, args, feature_names):
             "bayespca_version": bayespca.__version__,
         }
     )
+    if model.method_ == "nuts":  # the default differs by prior: the value used, not the option given
+        tree.attrs["target_accept"] = float(model.target_accept_prob_)
     if getattr(model, "anchors_", None) is not None:
         tree.attrs["anchors"] = [int(p) for p in model.anchors_]
     return tree

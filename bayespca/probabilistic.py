@@ -358,6 +358,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         self.mean_samples_ = draws.mean
         self.sample_stats_ = draws.sample_stats
         self.identification_ = draws.identification
+        self.target_accept_prob_ = self._target_accept_prob()
         stored = draws.loadings.shape[0] * draws.loadings.shape[1] * n
         # The log-likelihood of each draw from the statistics (O(d^2 k) a draw), not from the draws x rows
         # pointwise values: posterior_ computes those when it is first read (0.2-0.4 s at 4000 x 1000).
@@ -829,6 +830,10 @@ class PPCA(_LowRankGaussianModel):
     sample_stats_ : dict of ndarray (chain, draw)
         ``diverging``, ``n_steps`` (leapfrog steps), ``tree_depth``, ``lp``,
         ``acceptance_rate``.
+    target_accept_prob_ : float
+        Only for ``method="nuts"``: the acceptance rate the step size was
+        adapted to (``target_accept_prob``, or its default: 0.99 with
+        ``prior="horseshoe"``, else 0.9).
     n_effective_components_ : int
         Only with ``prior="ard"``: components that ARD left active
         (:meth:`bayespca.priors.ARD.summaries`).
@@ -1020,7 +1025,7 @@ class FactorAnalysis(_LowRankGaussianModel):
         The fitted distribution, with the unrotated ``W``.
     log_likelihood_, loglike_trace_, n_iter_, converged_, method_,
     n_features_in_, feature_names_in_, nuts_, loadings_samples_,
-    noise_variance_samples_, mean_samples_, sample_stats_
+    noise_variance_samples_, mean_samples_, sample_stats_, target_accept_prob_
         As in :class:`PPCA`.
 
     References

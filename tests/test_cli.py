@@ -57,6 +57,7 @@ def test_fit_nuts_netcdf_equals_python_api(frame, csv, tmp_path, capsys):
     assert list(tree["posterior"]["W"].coords["feature"].values) == NAMES
     np.testing.assert_array_equal(tree["point_estimate"]["W"].values, api.loadings_)
     assert tree.attrs["model"] == "ppca" and tree.attrs["method"] == "nuts" and tree.attrs["seed"] == 3
+    assert tree.attrs["target_accept"] == 0.9  # the documented default without the horseshoe
     # The printed summary labels W[feature, component] with that entry's posterior mean.
     w_mean = api.loadings_samples_.mean((0, 1))
     line = next(row for row in printed.splitlines() if row.startswith("W[b, 0]"))
@@ -98,7 +99,7 @@ def test_fit_fa_em_varimax_equals_python_api(frame, csv, tmp_path):
     tree = xr.open_datatree(out)
     np.testing.assert_array_equal(tree["point_estimate"]["W"].values, api.loadings_)
     np.testing.assert_array_equal(tree["point_estimate"]["psi"].values, api.noise_variance_)
-    assert tree.attrs["model"] == "fa"
+    assert tree.attrs["model"] == "fa" and "target_accept" not in tree.attrs  # no sampler ran
 
 
 def test_row_names_and_missing_values_as_r_writes_them(frame, tmp_path, capsys):
@@ -379,6 +380,7 @@ def test_anchors_by_name_or_index_are_the_python_api_s(frame, csv, tmp_path, cap
     np.testing.assert_array_equal(tree["posterior"]["W"].values, api.posterior_["posterior"]["W"].values)
     assert np.all(tree["posterior"]["W"].sel(feature="c", component=1).values == 0.0)
     assert list(tree.attrs["anchors"]) == [2, 0] and api.anchors_ == (2, 0)
+    assert tree.attrs["target_accept"] == 0.99  # the horseshoe's documented default, used and recorded
     assert "anchors (feature p_l loads on components 0..l only): c (0), a (1)" in printed.splitlines()
     rows = {line.split("  ")[0].strip() for line in printed.splitlines()}
     assert "W[a, 1]" in rows and "W[c, 1]" not in rows and "inclusion[c, 1]" not in rows

@@ -348,6 +348,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
                 setattr(self, name, value)
         if draws.anchors is not None:
             self.anchors_ = draws.anchors
+        self.identification_ = draws.identification
         if self.method_ != "nuts":
             return
         from bayespca.chunked import draws_log_likelihood
@@ -357,7 +358,6 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         self.noise_variance_samples_ = draws.noise if self._noise == "diagonal" else draws.noise[..., 0]
         self.mean_samples_ = draws.mean
         self.sample_stats_ = draws.sample_stats
-        self.identification_ = draws.identification
         self.target_accept_prob_ = self._target_accept_prob()
         stored = draws.loadings.shape[0] * draws.loadings.shape[1] * n
         # The log-likelihood of each draw from the statistics (O(d^2 k) a draw), not from the draws x rows
@@ -830,6 +830,13 @@ class PPCA(_LowRankGaussianModel):
     sample_stats_ : dict of ndarray (chain, draw)
         ``diverging``, ``n_steps`` (leapfrog steps), ``tree_depth``, ``lp``,
         ``acceptance_rate``.
+    identification_ : str
+        Where there are draws (NUTS; SVI with the horseshoe): how the draws
+        of ``W`` are told apart from their rotations, ``"polar"``,
+        ``"lower_triangular"`` (the anchors' triangle), ``"procrustes"``,
+        ``"signed_permutation"`` (the horseshoe with ``identification="none"``:
+        columns aligned by sign and order) or ``"none"``; see
+        :mod:`bayespca.inference.nuts`.
     target_accept_prob_ : float
         Only for ``method="nuts"``: the acceptance rate the step size was
         adapted to (``target_accept_prob``, or its default: 0.99 with
@@ -1025,7 +1032,8 @@ class FactorAnalysis(_LowRankGaussianModel):
         The fitted distribution, with the unrotated ``W``.
     log_likelihood_, loglike_trace_, n_iter_, converged_, method_,
     n_features_in_, feature_names_in_, nuts_, loadings_samples_,
-    noise_variance_samples_, mean_samples_, sample_stats_, target_accept_prob_
+    noise_variance_samples_, mean_samples_, sample_stats_, identification_,
+    target_accept_prob_
         As in :class:`PPCA`.
 
     References

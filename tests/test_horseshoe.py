@@ -270,6 +270,7 @@ def test_anchors_given_are_the_structural_zeros_and_reach_the_loo_refits(data):
     svi = FactorAnalysis(K, method="svi", prior="horseshoe", guide="normal", anchors=(11, 5),
                          random_state=0).fit(X)
     assert nuts.anchors_ == (5, 11) and svi.anchors_ == (11, 5)
+    assert nuts.identification_ == svi.identification_ == "lower_triangular"  # by NUTS and SVI alike
     assert np.all(nuts.loadings_samples_[..., 5, 1] == 0.0) and svi.loadings_[11, 1] == 0.0
     assert np.count_nonzero(nuts.loadings_ == 0.0) == 1 and np.abs(nuts.loadings_[11, 1]) > 0.5
 

@@ -2,6 +2,7 @@
 
 Run: PYTHONPATH=. python benchmarks/bench_compare.py [--quick] [--naive-k 1,3,6] [--naive-draws 100]
      PYTHONPATH=. python benchmarks/bench_compare.py --psis-only
+     PYTHONPATH=. python benchmarks/bench_compare.py --refits
 
 Data: n=1000, d=20, three true components. Both sides run in this process, one BLAS thread.
 
@@ -18,6 +19,13 @@ Data: n=1000, d=20, three true components. Both sides run in this process, one B
   step size less adapted than in a full run, so the per-iteration cost is approximate
   (printed, with the leapfrog steps per iteration).
 
+``--refits``: the exact LOO refits of the rows PSIS flags (k-hat above the threshold, at
+most 5 a fit), on real data at default settings: the fit's chains moved to the other rows
+(``fit_warm``, what :func:`bayespca.loo` runs) against a new fit of the same estimator
+(``clone(model).fit``, what it ran before), each refit timed, medians and their ratio, and
+the largest gap between the two ``log p(x_i | x_{-i})`` in units of its Monte Carlo
+standard error (delta method on the draws' ``p(x_i | theta)``, bulk ESS of both runs).
+
 Last, the PSIS-LOO step alone on pointwise log-likelihoods of n rows x 2000 draws (4
 chains; rows of unit-scale Gaussian log-likelihoods with a quarter heavy-tailed):
 :func:`bayespca.psis.psis_loo` against ``arviz_stats.loo`` with the same ``reff``, medians
@@ -27,6 +35,7 @@ of 5 calls after one untimed call each, and the largest difference of their ``el
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import time
 import warnings
@@ -36,12 +45,18 @@ import jax
 import numpy as np
 from arviz_base import from_dict
 from numpyro.infer import MCMC, NUTS
+from scipy.special import logsumexp
+from sklearn.base import clone
+from sklearn.datasets import load_diabetes, load_wine
+from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 import bayespca
 from bayespca.comparison import compare, loo
+from bayespca.convergence import ess_bulk
 from bayespca.gaussian import LowRankGaussian, log_prob
 from bayespca.models import ppca
+from bayespca.posterior import pointwise_log_likelihood
 from bayespca.psis import psis_loo
 
 CHAINS, WARMUP, SAMPLES = 4, 500, 500
@@ -96,13 +111,59 @@ def _psis_table(rows=(1000, 10000)):
               f"max |elpd_i difference| {gap:.1e}")
 
 
+def _row_score(model, row):
+    """``log mean_s p(x_i | theta_s)`` over the model's draws, and its Monte Carlo standard error."""
+    ll = pointwise_log_likelihood(model.nuts_, row)[..., 0]  # (chain, draw)
+    p = np.exp(ll - ll.max())
+    error = p.std() / np.sqrt(ess_bulk(p[None])[0]) / p.mean() if p.std() > 0 else 0.0
+    return float(logsumexp(ll) - np.log(ll.size)), float(error)
+
+
+def _refits(model, rest, row):
+    """``{kind: (seconds, (score, error))}`` of a warm refit and a new fit to ``rest``, scoring ``row``."""
+    out = {}
+    for kind in ("warm", "new"):
+        start = time.perf_counter()
+        fitted = copy.copy(model).fit_warm(rest) if kind == "warm" else clone(model).fit(rest)
+        out[kind] = (time.perf_counter() - start, _row_score(fitted, row))
+    return out
+
+
+def _refit_table(most=5):
+    print("Exact LOO refits of the rows PSIS flags: fit_warm (the fit's chains moved) vs a new fit")
+    wine, diabetes = load_wine().data, load_diabetes().data
+    cases = [("wine std, pPCA k=4", bayespca.PPCA(4), StandardScaler().fit_transform(wine)),
+             ("wine raw, pPCA k=5", bayespca.PPCA(5), wine),
+             ("diabetes std, FA k=5", bayespca.FactorAnalysis(5), StandardScaler().fit_transform(diabetes))]
+    for name, estimator, X in cases:
+        model = estimator.set_params(method="nuts", random_state=0, progress_bar=False).fit(X)
+        khat = np.asarray(loo(model, max_refits=0).pareto_k)
+        rows = np.argsort(khat)[::-1][: min(most, int(np.sum(khat > 0.7)))]
+        if not len(rows):
+            print(f"  {name}: no row above k-hat 0.7")
+            continue
+        runs = [_refits(model, np.delete(X, i, axis=0), X[i : i + 1]) for i in rows]
+        warm, new = (float(np.median([r[kind][0] for r in runs])) for kind in ("warm", "new"))
+        gaps = [abs(r["warm"][1][0] - r["new"][1][0]) / max(np.hypot(r["warm"][1][1], r["new"][1][1]), 1e-12)
+                for r in runs]
+        print(f"  {name}: {len(rows)} rows (k-hat {khat[rows].min():.2f}-{khat[rows].max():.2f}); a refit "
+              f"{warm:.2f} s warm, {new:.2f} s new, ratio new / warm {new / warm:.1f}; largest |elpd_i gap| "
+              f"{max(gaps):.1f} Monte Carlo se")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="200+200 draws, naive k=1,3 with 50 draws")
     parser.add_argument("--naive-k", default="1,3,6")
     parser.add_argument("--naive-draws", type=int, default=100)
     parser.add_argument("--psis-only", action="store_true", help="only the PSIS-LOO table")
+    parser.add_argument("--refits", action="store_true", help="only the exact LOO refits' table")
     args = parser.parse_args()
+    if args.refits:
+        with threadpool_limits(limits=1, user_api="blas"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _refit_table()
+        return
     if args.psis_only:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

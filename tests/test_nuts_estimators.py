@@ -575,6 +575,75 @@ def test_sample_more_refuses_what_it_cannot_continue():
         model.sample_more(10)
 
 
+def _invariants_mean_and_mcse(model):
+    """Posterior means of the noise and the eigenvalues of ``W^T W`` (rotation-free), and their MCSE."""
+    import arviz_stats
+
+    w = model.loadings_samples_
+    noise = model.noise_variance_samples_
+    noise = noise[..., None] if noise.ndim == 2 else noise
+    values = np.concatenate([noise, np.linalg.eigvalsh(np.swapaxes(w, -1, -2) @ w)], axis=-1)
+    errors = [float(arviz_stats.mcse(values[..., j], method="mean")) for j in range(values.shape[-1])]
+    return values.mean((0, 1)), np.array(errors)
+
+
+@pytest.mark.parametrize(
+    "estimator, k, data, rows",
+    [(PPCA, 2, "iris", slice(0, 50)), (PPCA, 3, "wine", slice(0, 120)),
+     (FactorAnalysis, 2, "wine", slice(0, 120))],
+)
+def test_fit_warm_samples_the_posterior_of_the_new_rows(estimator, k, data, rows):
+    # The reference is a new fit to the new rows (mode search, warm-up, its own seed). With the flat
+    # prior, which reads nothing from the data, both target the same posterior: the means of the
+    # invariants agree within 4.5 Monte Carlo standard errors, while the first fit's lie hundreds away
+    # (iris -> setosa alone; wine -> its first two cultivars, raw, FA in per-feature units).
+    X = {"iris": load_iris, "wine": load_wine}[data]().data
+    options = {"method": "nuts", "prior": "flat", "progress_bar": False}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)
+        model = estimator(k, random_state=0, **options).fit(X)
+        before, before_error = _invariants_mean_and_mcse(model)
+        assert model.fit_warm(X[rows]) is model
+        new = estimator(k, random_state=1, **options).fit(X[rows])
+    warm, warm_error = _invariants_mean_and_mcse(model)
+    fresh, fresh_error = _invariants_mean_and_mcse(new)
+    assert np.all(np.abs(warm - fresh) < 4.5 * np.hypot(warm_error, fresh_error))
+    assert np.max(np.abs(before - fresh) / np.hypot(before_error, fresh_error)) > 100
+    assert model.loadings_samples_.shape[:2] == (4, 500)
+    assert int(model.sample_stats_["diverging"].sum()) == 0
+    # The fitted attributes follow the new rows: the stored log-likelihood is theirs at the new mean.
+    assert model.log_likelihood_ == pytest.approx(model.score(X[rows]) * X[rows].shape[0], rel=1e-9)
+
+
+def test_fit_warm_refuses_what_it_cannot_continue_before_any_work():
+    X = _data(n=100, d=4)
+    short = {"method": "nuts", "num_warmup": 50, "num_samples": 50, "num_chains": 1, "random_state": 0,
+             "progress_bar": False}
+    with pytest.raises(ValueError, match="fit_warm needs a posterior: fit with method='nuts' .*got 'em'"):
+        PPCA(1, method="em").fit(X).fit_warm(X)
+    gappy = X.copy()
+    gappy[3, 1] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)
+        model = PPCA(1, **short).fit(X)
+        with_gaps = PPCA(1, **short).fit(gappy)
+        free = PPCA(1, prior="horseshoe", identification="none", **short).fit(X)
+    for bad, message in [(gappy, "2 or more complete rows; got 1 missing entries"),
+                         (X[:1], "2 or more complete rows; got 1 row"),
+                         (X[:, :3], "X has 3 features, but PPCA is expecting 4")]:
+        with pytest.raises(ValueError, match=message):
+            model.fit_warm(bad)
+    for bad in (0, 2.5, "10"):
+        with pytest.raises((ValueError, TypeError), match="num_samples"):
+            model.fit_warm(X, num_samples=bad)
+    with pytest.raises(ValueError, match="this fit had missing values. Fit the estimator to the new rows"):
+        with_gaps.fit_warm(X)
+    with pytest.raises(ValueError, match="whitens by a rotated or diagonal factor"):
+        free.fit_warm(X)
+    # Nothing was changed by the refusals: the chains go on as before.
+    assert model.loadings_samples_.shape[:2] == (1, 50) and model.n_iter_ == 50
+
+
 def test_sampling_warnings_offer_to_continue_the_chains_where_the_user_can():
     from bayespca import compare_n_components
     from bayespca.cli import format_warning

@@ -785,7 +785,8 @@ def plot_comparison(result, *, recommended=None, ax=None):
 
     Points are ``elpd`` (PSIS-LOO) with error bars of one standard error
     ``se``; a dashed line marks the recommended ``k`` and, when the table has
-    the boolean column ``gavish_donoho``, a dotted one the Gavish-Donoho ``k``.
+    the boolean column ``gavish_donoho``, a dotted one the Gavish-Donoho ``k``
+    (where the two agree, the dashed line's label says so instead).
     The rule behind the recommendation (a ComparisonResult's ``rule``) is
     written under the axis label, wrapped to the width of the axes.
 
@@ -835,10 +836,14 @@ def plot_comparison(result, *, recommended=None, ax=None):
     ax = _new_axes(ax)
     ax.errorbar(ks, elpd, yerr=table["se"].to_numpy(dtype=float), fmt="o-", color="C0", capsize=3,
                 label="elpd (PSIS-LOO) ± 1 se")
+    k_gd = None
     if "gavish_donoho" in table.columns and table["gavish_donoho"].astype(bool).any():
         k_gd = table.index[table["gavish_donoho"].astype(bool).to_numpy()][0]
+    if k_gd is not None and k_gd != recommended:
         ax.axvline(k_gd, color="0.5", linestyle=":", label=f"Gavish-Donoho k = {k_gd}")
-    ax.axvline(recommended, color="C3", linestyle="--", label=f"recommended k = {recommended}")
+    # Where both rules agree one line says so: a dotted line under the dashed one could not be seen.
+    also = " (also Gavish-Donoho)" if k_gd == recommended else ""
+    ax.axvline(recommended, color="C3", linestyle="--", label=f"recommended k = {recommended}{also}")
     ax.set_xticks(ks)
     ax.set_xlabel("number of components k")
     ax.set_ylabel("expected log predictive density (elpd)")

@@ -338,9 +338,10 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
     def fit_warm(self, X, *, num_samples=None, progress_bar=None):
         """Fit to other rows ``X`` by NUTS, warm-started from this fit's chains.
 
-        The posterior ``p(W, Psi, mu | X)`` of the same model: the priors as
-        resolved at the first fit (the default's scales are those of its
-        data), the identification's reference and anchors kept. The sampled
+        The posterior ``p(W, Psi, mu | X)`` that ``fit(X)`` samples (the
+        priors that read the data's scales resolved from ``X``, the rows
+        checked as ``fit`` checks them), with the draws of ``W`` reported as
+        this fit's (its identification's reference and anchors). The sampled
         coordinates are whitened again at the new mode (found from the fit's,
         the Laplace factor turned to the nearest of the fit's), so each
         chain's last state stays a typical point and its adapted step size and
@@ -417,13 +418,13 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         self.noise_variance_samples_ = draws.noise if self._noise == "diagonal" else draws.noise[..., 0]
         self.mean_samples_ = draws.mean
         self.sample_stats_ = draws.sample_stats
-        self.target_accept_prob_ = self._target_accept_prob()
+        self.target_accept_prob_ = float(self._chains.target_accept_prob)  # the sampler's, not the option's
         stored = draws.loadings.shape[0] * draws.loadings.shape[1] * n
         # The log-likelihood of each draw from the statistics (O(d^2 k) a draw), not from the draws x rows
         # pointwise values: posterior_ computes those when it is first read (0.2-0.4 s at 4000 x 1000).
         total = draws_log_likelihood(draws, prepared)
         self._posterior_source = (prepared.data, prepared.feature_names, stored <= _MAX_POINTWISE, total)
-        diagnose(draws, total, continuable=True, target_accept_prob=self._target_accept_prob(),
+        diagnose(draws, total, continuable=True, target_accept_prob=self.target_accept_prob_,
                  feature_names=prepared.feature_names)
 
     @functools.cached_property

@@ -593,12 +593,13 @@ def _invariants_mean_and_mcse(model):
      (FactorAnalysis, 2, "wine", slice(0, 120))],
 )
 def test_fit_warm_samples_the_posterior_of_the_new_rows(estimator, k, data, rows):
-    # The reference is a new fit to the new rows (mode search, warm-up, its own seed). With the flat
-    # prior, which reads nothing from the data, both target the same posterior: the means of the
+    # The reference is a new fit to the new rows (mode search, warm-up, its own seed), with the default
+    # priors, which read the data's scales: both target the same posterior, so the means of the
     # invariants agree within 4.5 Monte Carlo standard errors, while the first fit's lie hundreds away
-    # (iris -> setosa alone; wine -> its first two cultivars, raw, FA in per-feature units).
+    # (iris -> setosa alone, whose scales are a quarter of iris's; wine -> its first two cultivars,
+    # raw, FA in per-feature units).
     X = {"iris": load_iris, "wine": load_wine}[data]().data
-    options = {"method": "nuts", "prior": "flat", "progress_bar": False}
+    options = {"method": "nuts", "progress_bar": False}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SamplingWarning)
         model = estimator(k, random_state=0, **options).fit(X)
@@ -630,7 +631,9 @@ def test_fit_warm_refuses_what_it_cannot_continue_before_any_work():
         free = PPCA(1, prior="horseshoe", identification="none", **short).fit(X)
     for bad, message in [(gappy, "2 or more complete rows; got 1 missing entries"),
                          (X[:1], "2 or more complete rows; got 1 row"),
-                         (X[:, :3], "X has 3 features, but PPCA is expecting 4")]:
+                         (X[:, :3], "X has 3 features, but PPCA is expecting 4"),
+                         # as fit refuses them: 2 rows, which 1 component reproduces exactly (improper)
+                         (X[:2], "n_components = 1 components reproduce the centred data exactly")]:
         with pytest.raises(ValueError, match=message):
             model.fit_warm(bad)
     for bad in (0, 2.5, "10"):
@@ -640,8 +643,13 @@ def test_fit_warm_refuses_what_it_cannot_continue_before_any_work():
         with_gaps.fit_warm(X)
     with pytest.raises(ValueError, match="whitens by a rotated or diagonal factor"):
         free.fit_warm(X)
-    # Nothing was changed by the refusals: the chains go on as before.
+    # Nothing was changed by the refusals: the chains go on as before, in the sampler the fit compiled
+    # (adapted to the default target 0.9, whatever the options say now).
     assert model.loadings_samples_.shape[:2] == (1, 50) and model.n_iter_ == 50
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)
+        model.set_params(target_accept_prob=0.6).fit_warm(X[10:], num_samples=60)
+    assert model.loadings_samples_.shape[:2] == (1, 60) and model.target_accept_prob_ == 0.9
 
 
 def test_sampling_warnings_offer_to_continue_the_chains_where_the_user_can():

@@ -137,6 +137,7 @@ from bayespca.statistics import (
     PATTERN_MULTIPLE,
     Prepared,
     SufficientStatistics,
+    check_representable,
     columns_divided,
     stack_patterns,
 )
@@ -857,8 +858,11 @@ class Chains:
     ``states`` NumPyro's state of each chain (one batched state where
     ``chain_method`` is ``"vectorized"``). :func:`fit_nuts` adds how it
     reports draws: ``report`` (:func:`_draws`), the sampling ``units``
-    (per feature, or None), the statistics in working units and the
-    ``prepared`` data. :func:`continue_chains` runs the chains on from here.
+    (per feature, or None), the statistics in working units, the
+    ``prepared`` data and the model's ``spec``; ``own_metric`` says the
+    sampler whitens by the chains' own covariance (:func:`_with_pilot_metric`)
+    rather than the Laplace fit. :func:`continue_chains` runs the chains on
+    from here, :func:`continue_on` on other rows.
     """
 
     static: _Static
@@ -870,6 +874,13 @@ class Chains:
     units: np.ndarray | None = None
     stats: Any = None
     prepared: Prepared | None = None
+    spec: ModelSpec | None = None
+    own_metric: bool = False
+
+    @property
+    def target_accept_prob(self) -> float:
+        """The acceptance rate the chains' step sizes were adapted to."""
+        return self.settings[2]
 
 
 def _sample(static: _Static, data: dict, run: tuple, key: jax.Array, init_scale: float, kept: tuple | None,
@@ -1095,7 +1106,7 @@ def _sampler_statistics(prepared: Prepared) -> Any:
     return patterns if patterns.X is not None else stack_patterns(patterns, PATTERN_MULTIPLE)
 
 
-def _sampling_units(spec: ModelSpec, prepared: Prepared, stats: Any):
+def _sampling_units(spec: ModelSpec, prepared: Prepared, stats: Any, fixed_units: np.ndarray | None = None):
     """Per-feature units FA samples in, and the statistics, data scales, priors and loadings prior there.
 
     FA with loadings priors stated per feature (the default, flat) is
@@ -1107,6 +1118,7 @@ def _sampling_units(spec: ModelSpec, prepared: Prepared, stats: Any):
     stayed apart (R-hat 1.5-1.7, bulk ESS 6-7) where the same data in
     feature units mix (R-hat 1.007, ESS 1138). pPCA (not equivariant) and
     the other loadings priors keep the working units: ``units`` None.
+    ``fixed_units``: those of an earlier fit instead (:func:`continue_on`).
 
     The priors are ``spec.prior`` in the working units of ``prepared``, with the noise prior
     resolved once: FA's default takes an eigendecomposition (d x d) of the data that the model
@@ -1125,6 +1137,7 @@ def _sampling_units(spec: ModelSpec, prepared: Prepared, stats: Any):
     per_feature = (type(None), prior_classes.Normal, prior_classes.Flat)
     if noise == "diagonal" and isinstance(priors.loadings, per_feature):
         units = np.exp2(np.round(np.log2(np.asarray(scales.sd, dtype=float))))
+        units = units if fixed_units is None else fixed_units
         stats = columns_divided(stats, units)
         priors = prior_classes.to_units(priors, noise, units)
         scales, resolved = prior_classes.resolve_at_data(priors, noise, suff_stats=stats, n_features=d)
@@ -1267,7 +1280,8 @@ def fit_nuts(
     draws, chains = _with_pilot_metric(draws, chains, xi, sampling, jax.random.fold_in(key, 2), stats)
     if units is not None:
         draws = draws.to_data_units(units)
-    chains = replace(chains, report=sampling[1], units=units, stats=working_stats, prepared=prepared)
+    chains = replace(chains, report=sampling[1], units=units, stats=working_stats, prepared=prepared,
+                     spec=spec)
     fit = _posterior_fit(draws, working_stats, n, chains)
     return fit.to_data_units(prepared.scale, prepared.total_observed)
 
@@ -1331,19 +1345,20 @@ _BURN = 2 * _CHUNK
 def continue_on(chains: Chains, rows: np.ndarray, num_samples: int, progress_bar: bool | None = None) -> Fit:
     """The posterior given other complete ``rows``, sampled by the chains of a :func:`fit_nuts` fit.
 
-    The model stays the fit's (priors as resolved from its data, the
-    identification's reference and anchors); only the sufficient statistics
-    ``(n, mean, scatter)`` of its likelihood change, to those of ``rows``.
-    The sampled coordinates are whitened again, the mode found from the
-    fit's and the Laplace factor there turned to the nearest of the fit's
-    (:func:`_laplace_again`), so each chain's state, a draw about standard
-    normal in those coordinates, stays typical, and its adapted step size
-    and mass matrix fit. Each chain then goes on in the fit's compiled
-    sampler, with no warm-up: the first ``_BURN`` = 100 transitions are
-    dropped, then ``num_samples`` kept. A new posterior close to the fit's,
-    as for its rows less one or a few (exact leave-one-out, K-fold refits),
-    costs about half a fit (standardised wine, pPCA k = 4, one row left out:
-    0.25-0.5 s against 0.6-1.4 s).
+    The posterior a new fit to ``rows`` samples: the sufficient statistics
+    ``(n, mean, scatter)`` are those of ``rows``, and the priors that read
+    the data's scales are resolved from them (as a fit would, the rows
+    checked as a fit checks them). What stays the fit's is how ``W`` is
+    reported (the identification's reference and anchors) and sampled: the
+    coordinates are whitened again (:func:`_whitened_again`), so each
+    chain's state, a draw about standard normal in those coordinates, stays
+    typical, and its adapted step size and mass matrix fit. Each chain then
+    goes on in the fit's compiled sampler, with no warm-up: the first
+    ``_BURN`` = 100 transitions are dropped, then ``num_samples`` kept. A
+    new posterior close to the fit's, as for its rows less one or a few
+    (exact leave-one-out, K-fold refits), costs a third to a half of a new
+    fit (``benchmarks/bench_compare.py --refits``: standardised wine, pPCA
+    k = 4, 0.38 s against 0.84 s; diabetes FA k = 5, 2.3 s against 7.4 s).
 
     Parameters
     ----------
@@ -1365,12 +1380,12 @@ def continue_on(chains: Chains, rows: np.ndarray, num_samples: int, progress_bar
 
     Examples
     --------
-    pPCA of 200 rows, then its chains on the first 100 (the flat prior does not read the data):
+    pPCA of 200 rows, then its chains on the first 100:
 
     >>> from bayespca.statistics import prepare
     >>> X = np.random.default_rng(0).normal(size=(200, 1)) @ [[2.0, 1.0, -1.0]]
     >>> X += np.random.default_rng(1).normal(size=(200, 3))
-    >>> spec = ModelSpec("isotropic", 1, prior="flat")
+    >>> spec = ModelSpec("isotropic", 1)
     >>> fit = fit_nuts(prepare(X), spec, num_warmup=100, num_samples=100, num_chains=2, random_state=0)
     >>> half = continue_on(fit.details, X[:100], 100)
     >>> half.draws.noise.shape, half.details.prepared.n
@@ -1384,11 +1399,14 @@ def continue_on(chains: Chains, rows: np.ndarray, num_samples: int, progress_bar
                                                  else "whitens by a rotated or diagonal factor")
             + ". Fit the estimator to the new rows instead."
         )
-    prepared = Prepared(rows, None, chains.prepared.scale, chains.prepared.feature_names)
+    spec, prepared = chains.spec, Prepared(rows, None, chains.prepared.scale, chains.prepared.feature_names)
+    check_representable(rows, None, prepared.scale)
+    if spec.noise == "isotropic":  # as a fit refuses them: the posterior is improper
+        closed_form.check_rows_leave_noise(prepared, spec.n_components)
     working = _sampler_statistics(prepared)
-    stats = working if chains.units is None else columns_divided(working, chains.units)
-    data = {**chains.data, "kwargs": {**chains.data["kwargs"], "suff_stats": stats}}
-    data["centre"], data["factor"] = _laplace_again(chains, data, prepared.n)
+    _, stats, priors, _, _ = _sampling_units(spec, prepared, working, chains.units)
+    data = {**chains.data, "kwargs": {**chains.data["kwargs"], "suff_stats": stats, "prior": priors}}
+    data["centre"], data["factor"] = _whitened_again(chains, data["kwargs"], prepared.n)
     states = _with_potential(chains.static, data, chains.states)
     lengths = (_BURN, int(num_samples))
     draws, states = _transitions(replace(chains, states=states), data, lengths, progress_bar)
@@ -1417,25 +1435,31 @@ def _with_potential(static: _Static, data: dict, states: Any) -> Any:
     return [moved(s, info.potential_energy[c], info.z_grad[c]) for c, s in enumerate(states)]
 
 
-def _laplace_again(chains: Chains, data: dict, n: int) -> tuple:
-    """The mode and dense Laplace factor for ``data``'s statistics, the search started at the fit's
-    centre, the factor turned to the nearest of the fit's.
+def _whitened_again(chains: Chains, kwargs: dict, n: int) -> tuple:
+    """The centre and dense factor of the sampled coordinates for the model arguments ``kwargs``.
 
     The chains' states live in the whitened coordinates ``xi``, where either
-    posterior is about standard normal: re-whitened for the new statistics,
-    their states stay typical and their step sizes and mass matrices fit,
-    provided each coordinate keeps its direction. A factor ``L`` (``L L^T``
-    the covariance) is one of ``L Q`` for any orthogonal ``Q``, and the
-    eigenvectors that build it flip and swap between nearby Hessians (wine,
-    pPCA k = 4, one row left out: acceptance 0.91 -> 0.00 unaligned), so
-    ``Q`` is the orthogonal Procrustes solution nearest the fit's factor.
+    posterior is about standard normal: re-whitened for the new rows, their
+    states stay typical and their step sizes and mass matrices fit, provided
+    each coordinate keeps its direction. The mode is searched from the
+    fit's centre. A Laplace factor ``L`` (``L L^T`` the covariance) is one of
+    ``L Q`` for any orthogonal ``Q``, and the eigenvectors that build it flip
+    and swap between nearby Hessians (wine, pPCA k = 4, one row left out:
+    acceptance 0.91 -> 0.00 unaligned), so ``Q`` is the orthogonal
+    Procrustes solution nearest the fit's factor. A fit that kept the chains'
+    own metric (it mixed better than the Laplace one) keeps it, moved with
+    the mode.
     """
-    static, old = chains.static, chains.data["factor"]
+    static, old = chains.static, chains.data
     with serial_blas(0):  # as at the fit: the same draws on any number of cores
-        centre, hessian = _best_mode(static, data, [chains.data["centre"]])
-        factor = _localized_factor(static, data, hessian, _free_columns(chains.report[2], n), centre)
-        u, _, vt = np.linalg.svd(factor.T @ old)
-        return centre, factor @ (u @ vt)
+        mode, hessian = _best_mode(static, {"kwargs": kwargs}, [old["centre"]])
+        if chains.own_metric:
+            before, _ = _best_mode(static, {"kwargs": old["kwargs"]}, [old["centre"]])
+            return old["centre"] + (mode - before), old["factor"]
+        free = _free_columns(chains.report[2], n)
+        factor = _localized_factor(static, {"kwargs": kwargs}, hessian, free, mode)
+        u, _, vt = np.linalg.svd(factor.T @ old["factor"])
+        return mode, factor @ (u @ vt)
 
 
 def _transitions(chains: Chains, data: dict, lengths: tuple, progress_bar: bool | None) -> tuple:
@@ -1570,7 +1594,9 @@ def _with_pilot_metric(draws: Draws, chains: Chains, xi: np.ndarray, sampling: t
         covariance = weight * np.cov(theta.T) + (1.0 - weight) * factor @ factor.T
         data = {**chains.data, "centre": theta.mean(axis=0), "factor": np.linalg.cholesky(covariance)}
     other, other_chains, _ = _run(chains.static, data, sampling, key, 1.0, None, _AGAIN + "draws' metric")
-    return (other, other_chains) if _mixes_better(other, draws, stats) else (draws, chains)
+    if _mixes_better(other, draws, stats):
+        return other, replace(other_chains, own_metric=True)
+    return draws, chains
 
 
 def _is_dense(factor: Any) -> bool:

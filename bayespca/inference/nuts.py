@@ -799,7 +799,7 @@ class _Counter:
 
 
 # The progress bar of a second run, which the first run's chains failing the users' check started.
-_AGAIN = "NUTS again, chains disagreed: "
+_AGAIN = "NUTS again, check failed: "
 
 
 def _cpus() -> int:
@@ -1212,7 +1212,7 @@ def fit_nuts(
     progress_bar : bool or None, default=None
         A progress bar over the transitions; None shows it in a terminal or
         a notebook only. Chains that fail the check and run again show a
-        second bar, "NUTS again, chains disagreed: ..." with what changes.
+        second bar, "NUTS again, check failed: ..." with what changes.
     padded_components : int or None, default=None
         Sample ``W`` with this many columns (at least ``n_components``), the
         last ones inactive (the model's ``active_components``): the same

@@ -345,18 +345,10 @@ def test_real_data_sample_cleanly_with_the_defaults(load, model, k):
         assert (np.diff(diagonal, axis=-1) <= 0).all()
 
 
-def test_chains_that_fail_the_check_run_again_on_their_draws_metric_and_the_same_posterior(
-    monkeypatch, capsys
-):
-    """Iris, pPCA k = 2, 4 x 400 draws, the users' check made to fail once: the fit runs again with
-    the first run's draws' mean and (slightly shrunk) covariance in the sampled coordinates ``theta``
-    as centre and metric, and keeps that run. An affine map of the coordinates: both runs sample one
-    posterior, so the means of sigma^2 and of W W^T's eigenvalues agree within 4 Monte Carlo standard
-    errors (sd / sqrt(bulk ESS) of each run). Breast cancer FA k = 7, whose chains this is for, is in
-    ``benchmarks/bench_nuts_real.py`` (5 of 10 fits pass with it, none without; too few for a test
-    that must pass on any machine's rounding)."""
+def _runs_of_a_check_failed_once(monkeypatch) -> list:
+    """The NUTS runs ``(draws, chains, xi)`` of the next fit, recorded; its users' check made to fail
+    once (so a second run follows) and the second run kept."""
     import bayespca.inference.nuts as nuts
-    from bayespca.convergence import ess_bulk
 
     runs, checks = [], []
     real_run, real_agree = nuts._run, nuts._chains_agree
@@ -372,6 +364,22 @@ def test_chains_that_fail_the_check_run_again_on_their_draws_metric_and_the_same
     monkeypatch.setattr(nuts, "_run", recorded_run)
     monkeypatch.setattr(nuts, "_chains_agree", failing_once)
     monkeypatch.setattr(nuts, "_mixes_better", lambda new, old, stats: True)
+    return runs
+
+
+def test_chains_that_fail_the_check_run_again_on_their_draws_metric_and_the_same_posterior(
+    monkeypatch, capsys
+):
+    """Iris, pPCA k = 2, 4 x 400 draws, the users' check made to fail once: the fit runs again with
+    the first run's draws' mean and (slightly shrunk) covariance in the sampled coordinates ``theta``
+    as centre and metric, and keeps that run. An affine map of the coordinates: both runs sample one
+    posterior, so the means of sigma^2 and of W W^T's eigenvalues agree within 4 Monte Carlo standard
+    errors (sd / sqrt(bulk ESS) of each run). Breast cancer FA k = 7, whose chains this is for, is in
+    ``benchmarks/bench_nuts_real.py`` (5 of 10 fits pass with it, none without; too few for a test
+    that must pass on any machine's rounding)."""
+    from bayespca.convergence import ess_bulk
+
+    runs = _runs_of_a_check_failed_once(monkeypatch)
     fit = PPCA(2, method="nuts", num_samples=400, random_state=0, progress_bar=True).fit(load_iris().data)
     assert len(runs) == 2
     bars = capsys.readouterr().err  # the second run's progress bar says why it runs
@@ -385,6 +393,41 @@ def test_chains_that_fail_the_check_run_again_on_their_draws_metric_and_the_same
     for quantity in (lambda d: d.noise[..., 0], lambda d: np.linalg.svd(d.loadings, compute_uv=False) ** 2):
         a, b = (np.asarray(quantity(d)) for d in (first, second))
         a, b = (x.reshape(*x.shape[:2], -1) for x in (a, b))
+        for j in range(a.shape[-1]):
+            se = [x[..., j].std() / np.sqrt(ess_bulk(x[None, ..., j])[0]) for x in (a, b)]
+            assert abs(a[..., j].mean() - b[..., j].mean()) < 4 * np.hypot(*se)
+
+
+def test_a_second_run_in_ws_own_coordinates_takes_its_metric_across_the_rotation_not_along_it(monkeypatch):
+    """Standardised wine, FA k = 2 with ``W`` sampled free (``identification="none"``), 4 x 400 draws,
+    the users' check made to fail once. The posterior is constant along ``W -> W R`` and the first
+    run's chains drift along that orbit: the draws' raw covariance has a large variance along its
+    tangents ``W0 A`` (``A`` antisymmetric) at the centre. The second run's metric is built on the
+    draws turned back to the centre, so along the tangent it keeps under a tenth of that drift,
+    while both runs sample one posterior: means of the noise variances and of W W^T's eigenvalues
+    agree within 4 Monte Carlo standard errors."""
+    import bayespca.inference.nuts as nuts
+    from bayespca.convergence import ess_bulk
+
+    runs = _runs_of_a_check_failed_once(monkeypatch)
+    X = load_wine().data
+    X = (X - X.mean(0)) / X.std(0)
+    FactorAnalysis(2, method="nuts", identification="none", num_samples=400, random_state=0,
+                   progress_bar=False).fit(X)
+    assert len(runs) == 2
+    (first, chains, xi), (second, other, _) = runs
+    offset = nuts._site_offset(chains.static, "W")
+    d, k = dict(chains.static.layout)["W"]
+    theta = chains.data["centre"] + xi.reshape(-1, xi.shape[-1]) @ chains.data["factor"].T
+    tangent = np.zeros(theta.shape[1])
+    tangent[offset:offset + d * k] = (other.data["centre"][offset:offset + d * k].reshape(d, k)
+                                      @ np.array([[0.0, 1.0], [-1.0, 0.0]])).ravel()
+    tangent /= np.linalg.norm(tangent)
+    drift = tangent @ np.cov(theta.T) @ tangent
+    kept = tangent @ other.data["factor"] @ other.data["factor"].T @ tangent
+    assert kept < 0.1 * drift
+    for quantity in (lambda d: d.noise, lambda d: np.linalg.svd(d.loadings, compute_uv=False) ** 2):
+        a, b = (np.asarray(quantity(d)) for d in (first, second))
         for j in range(a.shape[-1]):
             se = [x[..., j].std() / np.sqrt(ess_bulk(x[None, ..., j])[0]) for x in (a, b)]
             assert abs(a[..., j].mean() - b[..., j].mean()) < 4 * np.hypot(*se)

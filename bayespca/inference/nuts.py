@@ -1269,15 +1269,15 @@ def fit_nuts(
             # W's own coordinates have no singularity; draws reported in the same orientation.
             search, static, init_scale = _preconditioned(noise, (k, None), "none", loadings, data, start)
             again, label = jax.random.fold_in(key, 1), _AGAIN + "W's coordinates"
-            draws, chains, xi = _run(static, data, sampling, again, init_scale, search, label)
+            free = _run(static, data, sampling, again, init_scale, search, label)
+            draws, chains, xi = _better((draws, chains, xi), free, stats)
     elif _last_scale_stuck(draws, identification, noise, k, loadings, reparam):
         # Unpadded (the chart needs the last column active): a padded fit compiles a sampler of its own.
         data["kwargs"]["last_column_scale"] = _last_scale(start_point)
         search, static, init_scale = _preconditioned(noise, (k, None), identification, loadings, data, start)
         again = jax.random.fold_in(key, 1)
         cartesian = _run(static, data, sampling, again, init_scale, search, _AGAIN + "Cartesian column")
-        if _mixes_better(cartesian[0], draws, stats):
-            draws, chains, xi = cartesian
+        draws, chains, xi = _better((draws, chains, xi), cartesian, stats)
     pilot_key = jax.random.fold_in(key, 2)
     draws, chains = _with_pilot_metric(draws, chains, xi, sampling, pilot_key, stats, loadings)
     if units is not None:
@@ -1546,6 +1546,13 @@ def _last_scale(g: LowRankGaussian) -> np.float64:
     """``tau`` of the Cartesian last column: ``W``'s smallest singular value, at least 1e-3 of its largest."""
     singular = np.linalg.svd(np.asarray(g.loadings), compute_uv=False)
     return np.float64(max(singular[-1], 1e-3 * singular[0]))
+
+
+def _better(run: tuple, other: tuple, stats: Any) -> tuple:
+    """``other`` where its draws mix better than ``run``'s (:func:`_mixes_better`), else ``run``; each is
+    ``(draws, chains, xi)``. A second run's chart or coordinates can mix worse: breast cancer
+    standardised FA k = 18, seed 0, polar R-hat 1.013 and ESS 440, in ``W``'s coordinates 2.03 and 5."""
+    return other if _mixes_better(other[0], run[0], stats) else run
 
 
 def _mixes_better(new: Draws, old: Draws, stats: Any) -> bool:

@@ -101,6 +101,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import os
+import signal
 import threading
 import warnings
 from collections.abc import Callable
@@ -721,12 +722,53 @@ def _run_chains(static, settings, data, start, lengths, chain_method, progress_b
 def _advanced(static, settings, data, states, chunks, chain_method, bar):
     """``chunks`` compiled chunks of transitions from ``states`` (one batched state where
     ``"vectorized"``, else one per chain): their outputs (chain, draw, ...) and the final states."""
+    with _CtrlC() as interrupt:
+        if chain_method == "vectorized":
+            advance = functools.partial(_advance_all, static, settings, data)
+            done = _chunks(advance, states, chunks, 1, bar, interrupt)
+        else:
+            workers = 1 if chain_method == "sequential" else min(len(states), _cpus())
+            advance = functools.partial(_advance_one, static, settings, data)
+            runs = _on_threads(advance, states, chunks, bar, workers, interrupt)
+        interrupt.raise_if_seen()
     if chain_method == "vectorized":
-        return _chunks(functools.partial(_advance_all, static, settings, data), states, chunks, 1, bar)
-    workers = 1 if chain_method == "sequential" else min(len(states), _cpus())
-    advance = functools.partial(_advance_one, static, settings, data)
-    runs = _on_threads(advance, states, chunks, bar, workers)
+        return done
     return jax.tree.map(lambda *a: np.stack(a), *(out for out, _ in runs)), [state for _, state in runs]
+
+
+class _CtrlC:
+    """Ctrl-C while chains run, noted where it lands and raised between chunks (:meth:`raise_if_seen`).
+
+    Python raises ``KeyboardInterrupt`` in whatever the main thread runs when
+    the signal is handled, and one raised in a garbage-collection callback
+    (JAX registers one) is printed and dropped: on one core the chains ran
+    on to their last draw (2,000,000 a chain). Only the main thread can
+    take the signal, and only over Python's own handler (a program that
+    ignores or handles Ctrl-C itself keeps its way); elsewhere inert.
+    """
+
+    def __init__(self):
+        self.seen, self._previous = False, None
+
+    def is_set(self) -> bool:  # as a threading.Event's: :func:`_chunks` stops on it
+        return self.seen
+
+    def raise_if_seen(self):
+        if self.seen:
+            raise KeyboardInterrupt
+
+    def _note(self, signum, frame):
+        self.seen = True
+
+    def __enter__(self):
+        main = threading.current_thread() is threading.main_thread()
+        if main and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous = signal.signal(signal.SIGINT, self._note)
+        return self
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 def _kept(out: tuple, skip: int, count: int) -> tuple[np.ndarray, dict]:
@@ -754,7 +796,7 @@ def _chunks(advance, state, chunks, axis, bar, stop=None):
     return jax.tree.map(lambda *a: np.concatenate(a, axis=axis), *pieces), state
 
 
-def _on_threads(advance, states, chunks, bar, workers):
+def _on_threads(advance, states, chunks, bar, workers, interrupt):
     """Each chain's :func:`_chunks` from its state in ``states``, on ``workers`` threads.
 
     XLA runs a compiled program without holding the GIL, so chains on
@@ -763,11 +805,13 @@ def _on_threads(advance, states, chunks, bar, workers):
     it or on the threads' timing. One-chain programs also compile in about
     half the time of the vectorized one (d=20, k=3: 1.6 s against 3.1 s,
     tracing included). The progress bar is moved by the calling thread
-    only (a notebook's widget belongs to it). One worker too: run in the
-    calling thread, a chain's compiled calls left Ctrl-C to land in JAX's
-    garbage-collection callback, which Python reports and drops (one core:
-    the fit ran on to its last draw); a waiting caller sees it.
+    only (a notebook's widget belongs to it). One worker runs the chains in
+    the calling thread, under its JAX settings (``jax.default_device``, ...),
+    which threads do not inherit. ``interrupt`` (:class:`_CtrlC`) stops them
+    between chunks.
     """
+    if workers == 1:
+        return [_chunks(advance, state, chunks, 0, bar, interrupt) for state in states]
     counter, stop = _Counter(), threading.Event()
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         runs = [pool.submit(_chunks, advance, state, chunks, 0, counter, stop) for state in states]
@@ -779,6 +823,7 @@ def _on_threads(advance, states, chunks, bar, workers):
                 done, pending = concurrent.futures.wait(pending, 0.2, concurrent.futures.FIRST_EXCEPTION)
                 for run in done:
                     run.result()
+                interrupt.raise_if_seen()
                 if bar is not None:
                     bar.update(counter.value - shown)
                     shown = counter.value

@@ -407,6 +407,8 @@ def test_a_second_run_in_ws_own_coordinates_takes_its_metric_across_the_rotation
     draws turned back to the centre, so along the tangent it keeps under a tenth of that drift,
     while both runs sample one posterior: means of the noise variances and of W W^T's eigenvalues
     agree within 4 Monte Carlo standard errors."""
+    from scipy.linalg import orthogonal_procrustes
+
     import bayespca.inference.nuts as nuts
     from bayespca.convergence import ess_bulk
 
@@ -425,8 +427,18 @@ def test_a_second_run_in_ws_own_coordinates_takes_its_metric_across_the_rotation
                                       @ np.array([[0.0, 1.0], [-1.0, 0.0]])).ravel()
     tangent /= np.linalg.norm(tangent)
     drift = tangent @ np.cov(theta.T) @ tangent
-    kept = tangent @ other.data["factor"] @ other.data["factor"].T @ tangent
-    assert kept < 0.1 * drift
+    metric = other.data["factor"] @ other.data["factor"].T
+    assert tangent @ metric @ tangent < 0.1 * drift
+    # The draws turned one by one by SciPy's Procrustes: their mean and covariance are the new run's.
+    centre_w, turned = chains.data["centre"][offset:offset + d * k].reshape(d, k), theta.copy()
+    for row in turned:
+        w = row[offset:offset + d * k].reshape(d, k)
+        row[offset:offset + d * k] = (w @ orthogonal_procrustes(w, centre_w)[0]).ravel()
+    np.testing.assert_allclose(other.data["centre"], turned.mean(0), rtol=1e-10, atol=1e-12)
+    weight = len(turned) / (len(turned) + nuts._PILOT_PRIOR_DRAWS)  # shrunk to the Laplace metric
+    laplace = chains.data["factor"] @ chains.data["factor"].T
+    expected = weight * np.cov(turned.T) + (1 - weight) * laplace
+    np.testing.assert_allclose(metric, expected, rtol=1e-8, atol=1e-10 * np.abs(expected).max())
     for quantity in (lambda d: d.noise, lambda d: np.linalg.svd(d.loadings, compute_uv=False) ** 2):
         a, b = (np.asarray(quantity(d)) for d in (first, second))
         for j in range(a.shape[-1]):
@@ -447,11 +459,14 @@ def test_fa_keeps_the_polar_run_where_ws_own_coordinates_mix_worse(monkeypatch, 
     X = load_wine().data
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SamplingWarning)
-        fit = FactorAnalysis(2, method="nuts", num_samples=400, random_state=0, progress_bar=True).fit(X)
+        fit = FactorAnalysis(2, method="nuts", num_warmup=200, num_samples=400, random_state=0,
+                             progress_bar=True).fit(X)
     assert "NUTS again, check failed: W's coordinates" in capsys.readouterr().err
     charts = [dict(chains.static.options)["identification"] for _, chains, _ in runs]
     assert charts == ["polar", "none", "polar"]  # the chart, W's own coordinates, the polar draws' metric
     np.testing.assert_array_equal(fit.sample_stats_["n_steps"], runs[0][0].sample_stats["n_steps"])
+    assert fit._chains.static is runs[0][1].static  # sample_more and fit_warm go on from the polar chains
+    assert fit._chains.data["centre"] is runs[0][1].data["centre"]
 
 
 @pytest.mark.parametrize("scaling", ["standardised", "raw"])

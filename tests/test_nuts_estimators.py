@@ -375,7 +375,7 @@ def _assert_metric_of_the_draws(first_factor: np.ndarray, new_factor: np.ndarray
     (chain * draw, p; ``shape`` their chains and draws) covariance (SciPy's ``eigh``, variances
     ``lam``): ``lam`` along those where ``lam`` and 1 differ by a factor 2 or more and by more than the
     Marchenko-Pastur edges ``(1 -+ sqrt(q / n))^2`` (``q`` directions, ``n`` the median of ArviZ's
-    mean ESS of the draws along them), 1 along the others, 0 across. Where the draws have no spread
+    mean ESS of the draws' coordinates), 1 along the others, 0 across. Where the draws have no spread
     (turned back along a rotation), ``1 / m`` (``m`` draws). Returns how many were corrected and how
     many had no spread."""
     from arviz_stats.base import array_stats
@@ -386,8 +386,7 @@ def _assert_metric_of_the_draws(first_factor: np.ndarray, new_factor: np.ndarray
     along = u.T @ whitened @ whitened.T @ u
     np.testing.assert_allclose(along - np.diag(np.diag(along)), 0.0, atol=1e-8)
     along, none = np.diag(along), lam < 1e-9
-    projected = (z @ u[:, ~none]).T.reshape(-1, *shape)
-    n = np.median(array_stats.ess(projected, chain_axis=-2, draw_axis=-1, method="mean"))
+    n = np.median(array_stats.ess(z.T.reshape(-1, *shape), chain_axis=-2, draw_axis=-1, method="mean"))
     spread = np.sqrt((~none).sum() / n)
     low, high = min(0.5, max(0.0, 1 - spread) ** 2), max(2.0, (1 + spread) ** 2)
     corrected = ~none & ((lam >= high) | (lam <= low))
@@ -401,10 +400,10 @@ def test_the_second_runs_metric_leaves_what_chance_makes_of_laplace_shaped_draws
     """Draws whose covariance is the Laplace fit's (whitened: the identity), 4 chains x 500 of an AR(1)
     with lag-one autocorrelation ``rho`` in each of ``p`` coordinates: their sample covariance's
     eigenvalues spread by chance to about ``(1 -+ sqrt(p / n))^2`` (Marchenko-Pastur), ``n`` the draws'
-    effective number, which for a variance is ``N (1 - rho^2) / (1 + rho^2)`` (``N`` = 2000) and for a
-    mean ``N (1 - rho) / (1 + rho)``. The band of variances left uncorrected lies between the two
-    edges (at least a factor 2 from 1), and holds every eigenvalue, where a bare factor 2 would
-    correct 100-odd directions of such draws; a planted direction of variance 6 falls outside it."""
+    effective number, ``N (1 - rho) / (1 + rho)`` for a mean (``N`` = 2000). The band of variances
+    left uncorrected has those edges (``n`` estimated: within 10%), at least a factor 2 from 1, and
+    holds every eigenvalue, where a bare factor 2 would correct 100-odd directions of such draws; a
+    planted direction of variance 6 falls outside it."""
     import bayespca.inference.nuts as nuts
 
     rng = np.random.default_rng(0)
@@ -413,15 +412,15 @@ def test_the_second_runs_metric_leaves_what_chance_makes_of_laplace_shaped_draws
     z[:, 0] = noise[:, 0]
     for t in range(1, 500):
         z[:, t] = rho * z[:, t - 1] + np.sqrt(1 - rho**2) * noise[:, t]
-    lam, u = np.linalg.eigh(np.cov(z.reshape(-1, p).T))
-    low, high = nuts._chance_band(z @ u)
-    edges = [np.sqrt(p / (2000 * (1 - r) / (1 + r))) for r in (rho**2, rho)]  # variance's, mean's
-    assert (1 + edges[0]) ** 2 * 0.98 < high < max(2.0, (1 + edges[1]) ** 2) * 1.02
-    assert min(0.5, (1 - edges[1]) ** 2) * 0.98 < low < (1 - edges[0]) ** 2 * 1.02
+    lam = np.linalg.eigvalsh(np.cov(z.reshape(-1, p).T))
+    low, high = nuts._chance_band(z, p)
+    spread = np.sqrt(p / (2000 * (1 - rho) / (1 + rho)))
+    np.testing.assert_allclose([low, high], [min(0.5, (1 - spread) ** 2), max(2.0, (1 + spread) ** 2)],
+                               rtol=0.1, atol=0.01)
     assert ((lam >= high) | (lam <= low)).sum() == 0 < ((lam >= 2.0) | (lam <= 0.5)).sum()
     z[..., 0] *= np.sqrt(6.0)
-    lam, u = np.linalg.eigh(np.cov(z.reshape(-1, p).T))
-    low, high = nuts._chance_band(z @ u)
+    lam = np.linalg.eigvalsh(np.cov(z.reshape(-1, p).T))
+    low, high = nuts._chance_band(z, p)
     assert ((lam >= high) | (lam <= low)).sum() == 1 and lam.max() > high
 
 

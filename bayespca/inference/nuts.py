@@ -1676,7 +1676,7 @@ def _draws_metric(chains: Chains, xi: np.ndarray, loadings: Any) -> tuple[np.nda
     z = np.linalg.solve(factor, (theta - centre).T).T
     lam, vectors = np.linalg.eigh(np.cov(z.T))
     turned = lam <= _TURNED
-    low, high = _chance_band((z @ vectors[:, ~turned]).reshape(*xi.shape[:2], -1))
+    low, high = _chance_band(z.reshape(xi.shape), int(np.sum(~turned)))
     lam = np.where(turned, 1.0 / len(z), lam)
     chosen = turned | (lam >= high) | (lam <= low)
     v = vectors[:, chosen]
@@ -1684,19 +1684,20 @@ def _draws_metric(chains: Chains, xi: np.ndarray, loadings: Any) -> tuple[np.nda
     return theta.mean(axis=0), factor @ root
 
 
-def _chance_band(projected: np.ndarray) -> tuple[float, float]:
+def _chance_band(z: np.ndarray, directions: int) -> tuple[float, float]:
     """The whitened variances not corrected: ``(low, high)``, at least a factor ``_PILOT_RATIO`` from 1
-    either way, and wide enough to hold those of ``p`` directions of unit variance by chance.
+    either way, and wide enough to hold those of ``directions`` of unit variance by chance.
 
-    ``projected`` (chain, draw, p) are the draws along the covariance's eigen-directions. The sample
-    covariance of ``n`` independent draws of ``p`` unit-variance coordinates has its eigenvalues in
-    ``(1 -+ sqrt(p / n))^2`` (Marchenko and Pastur); correlated draws count as their effective number
-    (the median over the directions of :func:`bayespca.convergence.ess_mean`). Without it, draws of
-    an exactly Laplace-shaped posterior at a typical ESS would have 100 of 277 directions
-    "corrected" (4 x 500 draws, lag-one autocorrelation 0.7).
+    ``z`` (chain, draw, p) are the whitened draws. The sample covariance of ``n`` independent draws
+    of ``p`` unit-variance coordinates has its eigenvalues in ``(1 -+ sqrt(p / n))^2`` (Marchenko and
+    Pastur); correlated draws count as their effective number, the median over the coordinates of
+    :func:`bayespca.convergence.ess_mean` (along the covariance's eigenvectors it is no measure:
+    they pick the draws' slowest and fastest combinations). Without the band, draws of an exactly
+    Laplace-shaped posterior at a typical ESS would have 103 of 277 directions "corrected" (4 x 500
+    draws, lag-one autocorrelation 0.7).
     """
-    effective = np.median(ess_mean(np.moveaxis(projected, -1, 0)))
-    spread = np.sqrt(projected.shape[-1] / effective)
+    effective = np.median(ess_mean(np.moveaxis(z, -1, 0)))
+    spread = np.sqrt(directions / effective)
     return min(1.0 / _PILOT_RATIO, max(0.0, 1.0 - spread) ** 2), max(_PILOT_RATIO, (1.0 + spread) ** 2)
 
 

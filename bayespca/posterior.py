@@ -217,7 +217,8 @@ def to_datatree(
     energy plots need), ``log_likelihood`` (``X``: the marginal
     ``log p(x_i | W, Psi, mu)``, dims (chain, draw, obs)), ``observed_data``
     (``X``, NaN kept) and, on request, ``posterior_predictive`` (``X``: one
-    replicated data set per draw).
+    replicated data set per draw). ``sample_stats.attrs["thinning"]``: each draw is
+    the last of that many transitions of its chain (``Draws.thinning``).
 
     Parameters
     ----------
@@ -291,7 +292,8 @@ def to_datatree(
     # "X" is (obs, feature) in observed_data and posterior_predictive; from_dict
     # drops the trailing "feature" for the log_likelihood group (one value per row).
     dims["X"] = ["obs", "feature"]
-    return from_dict(groups, coords=coords, dims=dims)
+    attrs = {"sample_stats": {"thinning": draws.thinning}} if draws.sample_stats else None
+    return from_dict(groups, coords=coords, dims=dims, attrs=attrs)
 
 
 class SamplingWarning(UserWarning):

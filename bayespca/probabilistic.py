@@ -301,8 +301,10 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         them all: the same Markov chains, so a fit of ``num_samples=m`` continued
         by ``n`` has the draws of a fit of ``m + n`` (bit for bit where
         ``num_warmup + m`` is a multiple of 50, the sampler's chunk, and
-        neither fit ran its chains a second time because the first failed the
-        check: then each kept the run it judged better). The remedy
+        neither fit ran its chains a second time or longer because the first
+        failed the check: then each kept the run it judged better). A fit whose
+        chains ran longer keeps every ``t``-th draw, and so do the draws added
+        here (``t`` times ``num_samples`` transitions). The remedy
         for the warnings of too few effective draws (100 a chain) or a small
         R-hat excess, at the cost of the new draws only; chains in different
         modes stay there.
@@ -820,7 +822,11 @@ class PPCA(_LowRankGaussianModel):
         Ledermann bound; :func:`bayespca.inference.nuts.fit_nuts`), with the
         draws reported in the same orientation.
     num_warmup, num_samples, num_chains : int, default=500, 500, 4
-        NUTS warm-up and kept draws per chain, and number of chains.
+        NUTS warm-up and kept draws per chain, and number of chains. Chains of
+        400 draws or more that fail the convergence check without a divergent
+        transition, after the sampler's other remedies, run on (no new warm-up)
+        up to 4 times as long and keep every 2nd, 3rd or 4th draw, the first
+        that passes (``posterior_["sample_stats"].attrs["thinning"]``).
     chain_method : {"parallel", "sequential", "vectorized"}, default="parallel"
         NUTS chains on threads, one chain per CPU at a time; one after the
         other (the same draws); or as one vectorized program, the choice on

@@ -17,7 +17,9 @@ seeds. Each row is one fit through the public estimators; the columns are
   small when a crossing of 1.01 is what 4 x 500 draws of that many invariants give by chance (a
   row failing only on R-hat with a chance of 0.3 is noise);
 * ``ess/s``: ``ess`` divided by the wall time of the fit (the first fit of a shape compiles);
-* ``steps``: median leapfrog steps per draw (all chains);
+* ``steps``: median leapfrog steps per draw (all chains; of the transition each draw kept ends);
+* ``thin``: transitions a draw: 2-4 where chains that failed the check ran on and kept every
+  2nd-4th draw (``sample_stats.attrs["thinning"]``), 1 otherwise;
 * ``wall``: seconds for ``fit`` (sampling, ArviZ conversion and diagnostics included).
 
 A row passes when div = 0, rhat < 1.01 and ess > 400. The full panel takes hours on one core;
@@ -98,7 +100,7 @@ HORSESHOE_PANEL = (
 PANELS = {"quick": QUICK_PANEL, "horseshoe": HORSESHOE_PANEL}
 COLUMNS = (
     "data", "scaling", "model", "k", "seed", "ident", "div", "rhat", "worst", "ess", "chance", "ess/s",
-    "steps", "wall", "wrhat", "neff",
+    "steps", "thin", "wall", "wrhat", "neff",
 )
 
 
@@ -219,6 +221,7 @@ def run_one(X, model: str, k: int, seed: int, options: dict) -> dict:
         "chance": chance_of_rhat(np.stack(list(series_by_name.values()))),
         "ess/s": ess / wall,
         "steps": float(np.median(np.asarray(stats["n_steps"]))),
+        "thin": int(stats.attrs.get("thinning", 1)),
         "wall": wall,
         "wrhat": max((float(az.rhat(w[..., j])) for j in range(w.shape[-1])), default=1.0),
         "neff": getattr(estimator, "n_effective_components_", ""),
@@ -257,7 +260,7 @@ def print_row(row: dict) -> None:
     print(
         f"{row['data']:13s} {row['scaling']:5s} {row['model']:5s} {row['k']:3d} {row['seed']:4d} "
         f"{row['ident']:>8s} {row['div']:5d} {row['rhat']:6.3f} {row['worst']:>15s} {row['ess']:6.0f} "
-        f"{row['chance']:6.2f} {row['ess/s']:7.1f} {row['steps']:5.0f} {row['wall']:6.1f} "
+        f"{row['chance']:6.2f} {row['ess/s']:7.1f} {row['steps']:5.0f} {row['thin']:4d} {row['wall']:6.1f} "
         f"{row['wrhat']:6.3f} {row['neff']!s:>4s}{'' if passes(row) else '  FAIL'}",
         flush=True,
     )
@@ -276,7 +279,7 @@ def print_totals(rows: list) -> None:
             f"  {group[0]} ({group[1]}): {sum(passes(r) for r in mine)} of {len(mine)} pass, "
             f"{sum(r['div'] for r in mine)} divergences, median steps/draw "
             f"{np.median([r['steps'] for r in mine]):.0f}, max R-hat {max(r['rhat'] for r in mine):.3f}, "
-            f"min ESS {min(r['ess'] for r in mine):.0f}, "
+            f"min ESS {min(r['ess'] for r in mine):.0f}, ran on {sum(r['thin'] > 1 for r in mine)}, "
             f"median ESS/s {np.median([r['ess/s'] for r in mine]):.1f}, "
             f"max R-hat of W {max(r['wrhat'] for r in mine):.3f}"
         )
@@ -303,8 +306,8 @@ def main():
         identifications = [args.identification] if args.identification else [None, "none"]
     print(
         f"{'data':13s} {'scale':5s} {'model':5s} {'k':>3s} {'seed':>4s} {'ident':>8s} {'div':>5s} "
-        f"{'rhat':>6s} {'worst':>15s} {'ess':>6s} {'chance':>6s} {'ess/s':>7s} {'steps':>5s} {'wall':>6s} "
-        f"{'wrhat':>6s} {'neff':>4s}",
+        f"{'rhat':>6s} {'worst':>15s} {'ess':>6s} {'chance':>6s} {'ess/s':>7s} {'steps':>5s} {'thin':>4s} "
+        f"{'wall':>6s} {'wrhat':>6s} {'neff':>4s}",
         flush=True,
     )
     rows, writer = [], None

@@ -348,7 +348,8 @@ def test_real_data_sample_cleanly_with_the_defaults(load, model, k):
 def _recorded_runs(monkeypatch, failing_checks: float = 1, keep: bool = True) -> list:
     """The NUTS runs ``(draws, chains, xi)`` of the next fit, recorded; its users' check made to fail
     the first ``failing_checks`` times (``np.inf``: every time), so that another run follows, and
-    another run kept (``keep``) or not."""
+    another run kept (``keep``) or not; the chains that still fail do not run on (tested on its own:
+    ``test_chains_that_still_fail_the_check_run_on_and_keep_every_t_th_draw``)."""
     import bayespca.inference.nuts as nuts
 
     runs, checks = [], []
@@ -365,6 +366,7 @@ def _recorded_runs(monkeypatch, failing_checks: float = 1, keep: bool = True) ->
     monkeypatch.setattr(nuts, "_run", recorded_run)
     monkeypatch.setattr(nuts, "_chains_agree", failing_once)
     monkeypatch.setattr(nuts, "_mixes_better", lambda new, old, stats: keep)
+    monkeypatch.setattr(nuts, "_lengthened", lambda draws, chains, *rest: (draws, chains))
     return runs
 
 
@@ -672,6 +674,37 @@ def test_sample_more_continues_the_chains_as_one_longer_run(estimator, data, opt
     assert continued.log_likelihood_ == once.log_likelihood_
     assert continued.n_iter_ == once.n_iter_ == 3 * 250
     np.testing.assert_array_equal(continued.summary().to_numpy(), once.summary().to_numpy())
+
+
+def test_chains_that_still_fail_the_check_run_on_and_keep_every_t_th_draw(monkeypatch):
+    """Chains that fail the check after every other remedy run on without a new warm-up and keep every
+    t-th draw, t the first that passes: the draws of one run of t times as many transitions, every
+    t-th (the reference: such a run, by the first run's own path, which the check lets pass), and
+    ``sample_more`` keeps every t-th too; the DataTree says how many transitions a draw. The check's
+    verdicts are set (fail, fail, pass: t = 3), so that the test does not turn on where R-hat falls by
+    chance on this machine."""
+    from bayespca.inference import nuts
+
+    X = load_iris().data
+    base = {"method": "nuts", "num_warmup": 100, "num_chains": 2, "random_state": 5, "progress_bar": False}
+    verdicts = iter([False, False, True])
+    monkeypatch.setattr(nuts, "_with_pilot_metric", lambda draws, chains, *rest: (draws, chains))
+    monkeypatch.setattr(nuts, "_chains_agree", lambda draws, stats: next(verdicts))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)
+        run_on = PPCA(2, num_samples=400, **base).fit(X)
+        assert next(verdicts, "used") == "used"  # the check was asked three times
+        first = _posterior_arrays(run_on)
+        run_on.sample_more(100)
+        monkeypatch.setattr(nuts, "_chains_agree", lambda draws, stats: True)
+        once = PPCA(2, num_samples=3 * 500, **base).fit(X)
+    thinned = [a[:, 2::3] for a in _posterior_arrays(once)]
+    for a, b, c in zip(first, _posterior_arrays(run_on), thinned, strict=True):
+        assert b.shape[1] == 500
+        np.testing.assert_array_equal(a, c[:, :400])
+        np.testing.assert_array_equal(b, c)
+    assert run_on.posterior_["sample_stats"].attrs["thinning"] == 3
+    assert once.posterior_["sample_stats"].attrs["thinning"] == 1
 
 
 def test_sample_more_after_pickling_and_on_a_rotated_factor_analysis():

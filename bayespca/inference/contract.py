@@ -78,6 +78,10 @@ class Draws:
         (ARD precisions, (k,)), ``kappa`` (horseshoe shrinkage, (d, k)).
     anchors : tuple of int or None
         With ``identification="lower_triangular"`` under the horseshoe: its anchor features.
+    thinning : int
+        Each draw is the last of this many transitions of its chain (NUTS chains that ran on
+        after failing the convergence check); ``sample_stats`` are those of each draw's own (last)
+        transition.
     """
 
     loadings: np.ndarray
@@ -89,6 +93,7 @@ class Draws:
     reference: LowRankGaussian | None = None
     extra: dict = field(default_factory=dict)
     anchors: tuple | None = None
+    thinning: int = 1
 
     def gaussians(self) -> LowRankGaussian:
         """All draws as one LowRankGaussian with a flattened leading dim (chain * draw)."""
@@ -99,17 +104,24 @@ class Draws:
 
     def extended(self, more: Draws) -> Draws:
         """These draws followed, chain by chain, by ``more`` (the same chains run on)."""
-        def join(a, b):
-            return np.concatenate([a, b], axis=1)
+        return self._each_array(lambda a, b: np.concatenate([a, b], axis=1), more)
 
-        return replace(
-            self,
-            loadings=join(self.loadings, more.loadings),
-            noise=join(self.noise, more.noise),
-            mean=join(self.mean, more.mean),
-            sample_stats={name: join(v, more.sample_stats[name]) for name, v in self.sample_stats.items()},
-            extra={name: join(v, more.extra[name]) for name, v in self.extra.items()},
-        )
+    def thinned(self, step: int) -> Draws:
+        """Every ``step``-th draw of each chain: draws ``step - 1, 2 step - 1, ...`` (the last one where
+        the chains' length is a multiple of ``step``)."""
+        return replace(self._each_array(lambda a: np.asarray(a)[:, step - 1::step]),
+                       thinning=self.thinning * step)
+
+    def _each_array(self, f, *others: Draws) -> Draws:
+        """These draws with every array of leading dims (chain, draw) ``a`` replaced by ``f(a, *b)``,
+        ``b`` the same array of each of ``others``."""
+        def by_name(group: str) -> dict:
+            return {name: f(v, *(getattr(o, group)[name] for o in others))
+                    for name, v in getattr(self, group).items()}
+
+        plain = {name: f(getattr(self, name), *(getattr(o, name) for o in others))
+                 for name in ("loadings", "noise", "mean")}
+        return replace(self, **plain, sample_stats=by_name("sample_stats"), extra=by_name("extra"))
 
     def to_data_units(self, scale: float | np.ndarray) -> Draws:
         """The same draws with ``W`` and ``mu`` times ``scale`` and the noise times ``scale^2``.

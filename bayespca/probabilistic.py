@@ -292,6 +292,7 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         """Draw more from the posterior: the NUTS chains continue where they stopped.
 
         Each of the ``num_chains`` chains runs ``num_samples`` more transitions
+        (``t`` times as many where the fit kept every ``t``-th draw)
         with the step size and mass matrix its warm-up adapted, in the
         program compiled for the fit: no new warm-up, mode search or
         compilation. Its draws join the fit's (along ``draw``), and every

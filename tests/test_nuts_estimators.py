@@ -705,6 +705,14 @@ def test_chains_that_still_fail_the_check_run_on_and_keep_every_t_th_draw(monkey
         np.testing.assert_array_equal(b, c)
     assert run_on.posterior_["sample_stats"].attrs["thinning"] == 3
     assert once.posterior_["sample_stats"].attrs["thinning"] == 1
+    # A divergence among the transitions thinned away is still reported, on the draw that ends them.
+    from bayespca.inference.contract import Draws
+
+    flags = np.zeros((2, 6), bool)
+    flags[0, 1] = flags[1, 5] = True
+    draws = Draws(np.zeros((2, 6, 1, 1)), np.ones((2, 6, 1)), np.zeros((2, 6, 1)), "none", "isotropic",
+                  {"diverging": flags})
+    np.testing.assert_array_equal(draws.thinned(3).sample_stats["diverging"], [[True, False], [False, True]])
 
 
 def test_sample_more_after_pickling_and_on_a_rotated_factor_analysis():

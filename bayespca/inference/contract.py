@@ -80,8 +80,9 @@ class Draws:
         With ``identification="lower_triangular"`` under the horseshoe: its anchor features.
     thinning : int
         Each draw is the last of this many transitions of its chain (NUTS chains that ran on
-        after failing the convergence check); ``sample_stats`` are those of each draw's own (last)
-        transition.
+        after failing the convergence check; a few more where a run's length is not a multiple of
+        the sampler's 50-transition chunk); ``sample_stats`` are those of each draw's own (last)
+        transition, but ``diverging`` says whether any of them diverged.
     """
 
     loadings: np.ndarray
@@ -108,9 +109,17 @@ class Draws:
 
     def thinned(self, step: int) -> Draws:
         """Every ``step``-th draw of each chain: draws ``step - 1, 2 step - 1, ...`` (the last one where
-        the chains' length is a multiple of ``step``)."""
-        return replace(self._each_array(lambda a: np.asarray(a)[:, step - 1::step]),
-                       thinning=self.thinning * step)
+        the chains' length is a multiple of ``step``); ``diverging`` whether any of the ``step`` draws
+        each one ends diverged."""
+        def every(a):
+            return np.ascontiguousarray(np.asarray(a)[:, step - 1::step])  # not a view of the long chains
+
+        thinned = replace(self._each_array(every), thinning=self.thinning * step)
+        if "diverging" not in self.sample_stats:
+            return thinned
+        groups = np.asarray(self.sample_stats["diverging"])[:, :step * thinned.loadings.shape[1]]
+        diverged = groups.reshape(groups.shape[0], -1, step).any(axis=-1)  # no divergence thinned away
+        return replace(thinned, sample_stats={**thinned.sample_stats, "diverging": diverged})
 
     def _each_array(self, f, *others: Draws) -> Draws:
         """These draws with every array of leading dims (chain, draw) ``a`` replaced by ``f(a, *b)``,

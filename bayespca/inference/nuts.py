@@ -774,9 +774,13 @@ class _CtrlC:
 
 def _kept(out: tuple, skip: int, count: int, step: int = 1) -> tuple[np.ndarray, dict]:
     """``xi`` and the statistics by field of ``count`` transitions after the first ``skip``, every
-    ``step``-th (the ``step``-th, ``2 step``-th, ...)."""
+    ``step``-th (the ``step``-th, ``2 step``-th, ...); ``diverging`` says whether any of the ``step``
+    transitions each draw ends diverged, so that thinning hides no divergence."""
     xi, *extra = (a[:, skip + step - 1:skip + step * count:step] for a in out)
-    return xi, dict(zip((*_EXTRA_FIELDS, "step_size"), extra, strict=True))
+    fields = dict(zip((*_EXTRA_FIELDS, "step_size"), extra, strict=True))
+    every = out[1 + _EXTRA_FIELDS.index("diverging")][:, skip:skip + step * count]
+    fields["diverging"] = every.reshape(every.shape[0], count, step).any(axis=-1)
+    return xi, fields
 
 
 def _chunks(advance, state, chunks, axis, bar, stop=None):

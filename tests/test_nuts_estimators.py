@@ -689,14 +689,14 @@ def test_chains_that_still_fail_the_check_run_on_and_keep_every_t_th_draw(monkey
     base = {"method": "nuts", "num_warmup": 100, "num_chains": 2, "random_state": 5, "progress_bar": False}
     verdicts = iter([False, False, True])
     monkeypatch.setattr(nuts, "_with_pilot_metric", lambda draws, chains, *rest: (draws, chains))
-    monkeypatch.setattr(nuts, "_chains_agree", lambda draws, stats: next(verdicts))
+    monkeypatch.setattr(nuts, "_chains_agree", lambda draws, stats, units=None: next(verdicts))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SamplingWarning)
         run_on = PPCA(2, num_samples=400, **base).fit(X)
         assert next(verdicts, "used") == "used"  # the check was asked three times
         first = _posterior_arrays(run_on)
         run_on.sample_more(100)
-        monkeypatch.setattr(nuts, "_chains_agree", lambda draws, stats: True)
+        monkeypatch.setattr(nuts, "_chains_agree", lambda draws, stats, units=None: True)
         once = PPCA(2, num_samples=3 * 500, **base).fit(X)
     thinned = [a[:, 2::3] for a in _posterior_arrays(once)]
     for a, b, c in zip(first, _posterior_arrays(run_on), thinned, strict=True):

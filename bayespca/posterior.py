@@ -37,11 +37,16 @@ __all__ = [
     "pointwise_log_likelihood",
     "posterior_variables",
     "sample_latent",
+    "shortfall",
     "to_datatree",
     "worst_convergence",
     "worst_of",
 ]
 
+
+# What diagnose warns about on any invariant: an R-hat above RHAT_LIMIT, or a bulk or tail ESS below
+# MIN_ESS_PER_CHAIN a chain.
+RHAT_LIMIT, MIN_ESS_PER_CHAIN = 1.01, 100
 
 # Rows sharing a pattern of observed entries, at least this many of them, are scored for all draws
 # at once; the others draw by draw. A pattern costs about what 8 rows cost draw by draw (2000 draws,
@@ -218,7 +223,9 @@ def to_datatree(
     ``log p(x_i | W, Psi, mu)``, dims (chain, draw, obs)), ``observed_data``
     (``X``, NaN kept) and, on request, ``posterior_predictive`` (``X``: one
     replicated data set per draw). ``sample_stats.attrs["thinning"]``: each draw is
-    the last of that many transitions of its chain (``Draws.thinning``).
+    the last of that many transitions of its chain (``Draws.thinning``); above 1,
+    ``energy`` changes over that many transitions from draw to draw, and BFMI
+    computed from it reads higher than the transition-to-transition one.
 
     Parameters
     ----------
@@ -356,10 +363,30 @@ def worst_convergence(draws: Draws, log_lik: np.ndarray | None = None,
     return worst_of(quantities, draws.loadings.shape[0], labels)
 
 
-def converged(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_chain: int = 100) -> bool:
+def shortfall(worst: tuple, chains: int, min_ess_per_chain: int = MIN_ESS_PER_CHAIN) -> float:
+    """How many times as long the chains would have to be to pass the check; 1 or less: they pass.
+
+    ``worst`` is ``((label, R-hat), (label, ESS))`` as :func:`worst_convergence`
+    gives it for ``chains`` chains. For chains that sample one stationary
+    distribution, ``R-hat - 1`` and ``1 / ESS`` shrink about in proportion to
+    the chains' length, so the figure is
+    ``max((R-hat - 1) / (RHAT_LIMIT - 1), min_ess_per_chain * chains / ESS)``:
+    an estimate only, infinite where a chain did not move (R-hat not finite).
+
+    Examples
+    --------
+    >>> round(shortfall((("psi[0]", 1.015), ("sigma2", 200.0)), chains=4), 3)  # ESS: 400 / 200
+    2.0
+    """
+    (_, rhat), (_, ess) = worst
+    needed = min_ess_per_chain * chains
+    return float(max((rhat - 1.0) / (RHAT_LIMIT - 1.0), needed / ess if ess > 0 else np.inf))
+
+
+def converged(draws: Draws, log_lik: np.ndarray | None = None, *,
+              min_ess_per_chain: int = MIN_ESS_PER_CHAIN) -> bool:
     """Whether :func:`diagnose` would stay silent on R-hat and ESS: every R-hat <= 1.01, ESS large enough."""
-    (_, rhat), (_, ess) = worst_convergence(draws, log_lik)
-    return rhat <= 1.01 and ess >= min_ess_per_chain * draws.loadings.shape[0]
+    return shortfall(worst_convergence(draws, log_lik), draws.loadings.shape[0], min_ess_per_chain) <= 1.0
 
 
 def _higher_targets(target: float | None) -> str:
@@ -369,7 +396,8 @@ def _higher_targets(target: float | None) -> str:
     return f"it is {target:g}; e.g. {'0.99' if target < 0.99 else '0.995 or 0.999'}"
 
 
-def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_chain: int = 100,
+def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *,
+             min_ess_per_chain: int = MIN_ESS_PER_CHAIN,
              continuable: bool = False, target_accept_prob: float | None = None,
              feature_names: Any = None) -> list:
     """Warn (:class:`SamplingWarning`) about divergences, R-hat > 1.01 or low ESS; return the messages.
@@ -385,6 +413,8 @@ def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_cha
     the names that label ``psi`` in the messages, as in :func:`to_datatree` (None: indices).
     """
     more = MORE_DRAWS if continuable else ""
+    if draws.thinning > 1:  # the sampler ran the chains on already (bayespca.inference.nuts)
+        more = f" The chains already ran {draws.thinning} transitions a draw kept.{more}"
     messages = []
     n_div = int(draws.sample_stats["diverging"].sum())
     if n_div:
@@ -402,9 +432,9 @@ def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *, min_ess_per_cha
             f"R-hat of {rhat_label} is not finite: a chain did not move. Increase num_warmup, or "
             f"check for too many components ({fewer})."
         )
-    elif rhat > 1.01:
+    elif rhat > RHAT_LIMIT:
         messages.append(
-            f"R-hat of {rhat_label} is {rhat:.3f} > 1.01: draws from different chains (or halves of "
+            f"R-hat of {rhat_label} is {rhat:.3f} > {RHAT_LIMIT}: draws from different chains (or halves of "
             "one chain) disagree. "
             "Increase num_warmup and num_samples, run more chains, or check for several modes "
             f"(e.g. too many components: {fewer}).{more}"

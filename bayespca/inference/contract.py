@@ -104,7 +104,11 @@ class Draws:
         )
 
     def extended(self, more: Draws) -> Draws:
-        """These draws followed, chain by chain, by ``more`` (the same chains run on)."""
+        """These draws followed, chain by chain, by ``more`` (the same chains run on, as many
+        transitions a draw)."""
+        if more.thinning != self.thinning:
+            raise ValueError(f"more: draws of {more.thinning} transitions each cannot follow draws of "
+                             f"{self.thinning}; run them on with thinning {self.thinning}")
         return self._each_array(lambda a, b: np.concatenate([a, b], axis=1), more)
 
     def thinned(self, step: int) -> Draws:

@@ -49,7 +49,8 @@ def posterior_tree(draws: Any, X: np.ndarray, pointwise: np.ndarray, *, feature_
 
     Groups: ``posterior`` (:func:`bayespca.posterior.posterior_variables`
     of ``draws``, the ``extra`` variables and ``log_lik``, the total
-    log-likelihood per draw), ``sample_stats``, ``log_likelihood`` (``X``:
+    log-likelihood per draw), ``sample_stats`` (``attrs["thinning"]`` as in
+    :func:`bayespca.posterior.to_datatree`), ``log_likelihood`` (``X``:
     ``pointwise``, dims (chain, draw, obs)) and ``observed_data``.
     :func:`bayespca.posterior.diagnose` warns as for the Gaussian models.
 
@@ -90,7 +91,7 @@ def posterior_tree(draws: Any, X: np.ndarray, pointwise: np.ndarray, *, feature_
     tree = from_dict(
         {"posterior": variables, "sample_stats": dict(draws.sample_stats),
          "log_likelihood": {"X": pointwise}, "observed_data": {"X": X}},
-        coords=coords, dims=dims,
+        coords=coords, dims=dims, attrs={"sample_stats": {"thinning": draws.thinning}},
     )
     diagnose(draws, variables["log_lik"])
     return tree

@@ -134,7 +134,7 @@ from bayespca.models import (
     pivot_anchors,
 )
 from bayespca.params import as_key, check_number, check_sampler_options
-from bayespca.posterior import converged, worst_convergence, worst_of
+from bayespca.posterior import converged, shortfall, worst_convergence, worst_of
 from bayespca.statistics import (
     PATTERN_MULTIPLE,
     Prepared,
@@ -1590,8 +1590,7 @@ def _last_scale_stuck(draws: Draws, identification, noise, k, loadings, reparam)
     smallest = np.linalg.eigvalsh(np.swapaxes(w, -1, -2) @ w)[..., :1]
     if np.quantile(smallest, 0.01) >= _REACHES_ZERO * np.median(smallest):
         return False
-    (_, rhat), (_, ess) = worst_of({"smallest": smallest}, w.shape[0])
-    return rhat > 1.01 or ess < 100 * w.shape[0]
+    return shortfall(worst_of({"smallest": smallest}, w.shape[0]), w.shape[0]) > 1.0
 
 
 # The smallest eigenvalue of W W^T "reaches 0" where its 1% quantile is below this fraction of its
@@ -1689,14 +1688,17 @@ def _lengthened(draws: Draws, chains: Chains, statistics: tuple, progress_bar: b
     keeping every ``t``-th). Not for chains with divergent transitions,
     which length does not mend, nor for chains shorter than
     ``_PILOT_MIN_DRAWS`` (asked for few draws, they are not run four
-    times as long); ``statistics`` is ``(stats, units)`` of the sampling units (:func:`_chains_agree`);
+    times as long), nor where ``_LONGEST`` times the length would not
+    reach the check (:func:`bayespca.posterior.shortfall`: chains that sit in
+    different modes, R-hat far above 1.01 or not finite, or too few effective draws);
+    ``statistics`` is ``(stats, units)`` of the sampling units (:func:`_shortfall`);
     ``(draws, chains)``.
     """
     count = draws.loadings.shape[1]
     stats, units = statistics
     if count < _PILOT_MIN_DRAWS or draws.sample_stats["diverging"].any():
         return draws, chains
-    if _chains_agree(draws, stats, units):
+    if not 1.0 < _shortfall(draws, stats, units) <= _LONGEST:
         return draws, chains
     joined = draws
     for thinning in range(2, _LONGEST + 1):
@@ -1704,7 +1706,7 @@ def _lengthened(draws: Draws, chains: Chains, statistics: tuple, progress_bar: b
         more, states = _transitions(chains, chains.data, (0, count), progress_bar, label)
         joined, chains = joined.extended(more), replace(chains, states=states)
         kept = joined.thinned(thinning)
-        if _chains_agree(kept, stats, units):
+        if _shortfall(kept, stats, units) <= 1.0:
             break
     return kept, chains
 
@@ -1929,14 +1931,19 @@ def _near_degenerate(static: _Static, data: dict, loadings: Any) -> bool:
     return bool(np.sqrt(np.max(np.sum(rows * rows, axis=1))) > _DEGENERATE_GAP)
 
 
-def _chains_agree(draws: Draws, stats: Any, units: np.ndarray | None = None) -> bool:
-    """Whether the draws pass the check that warns users (:func:`bayespca.posterior.converged`).
+def _chains_agree(draws: Draws, stats: Any) -> bool:
+    """Whether the draws (sampling units) pass the users' check (:func:`bayespca.posterior.converged`)."""
+    return converged(draws, _log_likelihood(draws, stats))
+
+
+def _shortfall(draws: Draws, stats: Any, units: np.ndarray | None) -> float:
+    """:func:`bayespca.posterior.shortfall` of the draws as users see them.
 
     ``units``: the per-feature sampling units of ``draws`` (FA), in which the eigenvalues of ``W W^T``
     are not the users' (wine raw FA k = 8, seed 3: R-hat 1.012 in data units, at most 1.01 in them).
     """
     seen = draws if units is None else draws.to_data_units(units)
-    return converged(seen, _log_likelihood(draws, stats))
+    return shortfall(worst_convergence(seen, _log_likelihood(draws, stats)), draws.loadings.shape[0])
 
 
 def _log_likelihood(draws: Draws, stats: Any) -> np.ndarray:

@@ -368,19 +368,23 @@ def shortfall(worst: tuple, chains: int, min_ess_per_chain: int = MIN_ESS_PER_CH
 
     ``worst`` is ``((label, R-hat), (label, ESS))`` as :func:`worst_convergence`
     gives it for ``chains`` chains. For chains that sample one stationary
-    distribution, ``R-hat - 1`` and ``1 / ESS`` shrink about in proportion to
-    the chains' length, so the figure is
-    ``max((R-hat - 1) / (RHAT_LIMIT - 1), min_ess_per_chain * chains / ESS)``:
+    distribution, ``R-hat^2 - 1`` (the chain means' variance over the
+    draws', BDA3 11.4) and ``1 / ESS`` shrink about in proportion to the
+    chains' length, so the figure is
+    ``max((R-hat^2 - 1) / (RHAT_LIMIT^2 - 1), min_ess_per_chain * chains / ESS)``:
     an estimate only, infinite where a chain did not move (R-hat not finite).
 
     Examples
     --------
     >>> round(shortfall((("psi[0]", 1.015), ("sigma2", 200.0)), chains=4), 3)  # ESS: 400 / 200
     2.0
+    >>> round(shortfall((("psi[0]", 1.03), ("sigma2", 600.0)), chains=4), 3)  # R-hat: 0.0609 / 0.0201
+    3.03
     """
     (_, rhat), (_, ess) = worst
-    needed = min_ess_per_chain * chains
-    return float(max((rhat - 1.0) / (RHAT_LIMIT - 1.0), needed / ess if ess > 0 else np.inf))
+    if not np.isfinite(rhat) or not ess > 0:
+        return np.inf
+    return float(max((rhat * rhat - 1.0) / (RHAT_LIMIT * RHAT_LIMIT - 1.0), min_ess_per_chain * chains / ess))
 
 
 def converged(draws: Draws, log_lik: np.ndarray | None = None, *,
@@ -408,13 +412,14 @@ def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *,
     is ArviZ's rank-normalised split R-hat; a single chain is compared with
     itself by its two halves. ``continuable``: the estimator's chains can
     run on (``sample_more``), which the messages about R-hat and ESS then
-    offer (``bayespca.messages.MORE_DRAWS``). ``target_accept_prob``: the
+    offer (``bayespca.messages.MORE_DRAWS``; they say so where the chains ran on already,
+    ``draws.thinning`` above 1). ``target_accept_prob``: the
     sampler's, from which the advice on divergences goes up (None: not known). ``feature_names``:
     the names that label ``psi`` in the messages, as in :func:`to_datatree` (None: indices).
     """
     more = MORE_DRAWS if continuable else ""
     if draws.thinning > 1:  # the sampler ran the chains on already (bayespca.inference.nuts)
-        more = f" The chains already ran {draws.thinning} transitions a draw kept.{more}"
+        more = f" The chains already ran on, {draws.thinning} transitions for each draw kept.{more}"
     messages = []
     n_div = int(draws.sample_stats["diverging"].sum())
     if n_div:

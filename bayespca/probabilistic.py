@@ -827,7 +827,8 @@ class PPCA(_LowRankGaussianModel):
         400 draws or more that fail the convergence check without a divergent
         transition, after the sampler's other remedies, run on (no new warm-up)
         up to 4 times as long and keep every 2nd, 3rd or 4th draw, the first
-        that passes (``posterior_["sample_stats"].attrs["thinning"]``).
+        that passes (``posterior_["sample_stats"].attrs["thinning"]``), where
+        4 times the length could pass (:func:`bayespca.posterior.shortfall`).
     chain_method : {"parallel", "sequential", "vectorized"}, default="parallel"
         NUTS chains on threads, one chain per CPU at a time; one after the
         other (the same draws); or as one vectorized program, the choice on

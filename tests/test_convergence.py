@@ -141,6 +141,11 @@ def test_shortfall_says_how_many_times_as_long_the_chains_need_to_be():
         quarter, whole = (shortfall(worst_convergence(_as_noise_draws(s)), 4) for s in (x[:, :400], x))
         ratios.append(quarter / whole)
     assert 3.0 < np.median(ratios) < 5.0
+    # At length 1 it is the users' check (diagnose's rule), on and around its edges.
+    for rhat, ess in itertools.product((0.999, 1.0, 1.0099, 1.01, 1.0101, np.inf, np.nan),
+                                       (0.0, 399.9, 400.0, 400.1, np.inf, np.nan)):
+        passes = shortfall(((None, rhat), (None, ess)), 4) <= 1.0
+        assert passes == (rhat <= 1.01 and ess >= 400), (rhat, ess)
     # Chains that did not move (R-hat not defined): no length makes them pass.
     stuck = np.repeat(np.arange(4.0)[:, None], 400, axis=1)
     assert shortfall(worst_convergence(_as_noise_draws(stuck)), 4) > 1e9

@@ -1,5 +1,7 @@
 """PPCA / FactorAnalysis with method="nuts": point estimates, latent draws, ArviZ output."""
 
+import dataclasses
+import types
 import warnings
 
 import arviz as az
@@ -9,7 +11,7 @@ from sklearn.datasets import load_breast_cancer, load_diabetes, load_iris, load_
 from test_convergence import converged  # R-hat within its chance bound, defined once
 
 from bayespca import gaussian
-from bayespca.posterior import SamplingWarning
+from bayespca.posterior import SamplingWarning, diagnose
 from bayespca.probabilistic import PPCA, FactorAnalysis
 
 
@@ -713,6 +715,33 @@ def test_chains_that_still_fail_the_check_run_on_and_keep_every_t_th_draw(monkey
     draws = Draws(np.zeros((2, 6, 1, 1)), np.ones((2, 6, 1)), np.zeros((2, 6, 1)), "none", "isotropic",
                   {"diverging": flags})
     np.testing.assert_array_equal(draws.thinned(3).sample_stats["diverging"], [[True, False], [False, True]])
+
+
+def test_chains_that_four_times_the_length_would_not_mend_do_not_run_on(monkeypatch):
+    """Running on is for a shortfall in (1, 4] (:func:`bayespca.posterior.shortfall`): chains in different
+    modes (R-hat far from 1, or not finite) warn at once; 4 runs on. No transition is made otherwise."""
+    from bayespca.inference import nuts
+    from bayespca.inference.contract import Draws
+
+    draws = Draws(np.zeros((2, 400, 1, 1)), np.ones((2, 400, 1)), np.zeros((2, 400, 1)), "none", "isotropic",
+                  {"diverging": np.zeros((2, 400), bool)})
+
+    def no_transitions(*args):
+        raise AssertionError("ran on")
+
+    monkeypatch.setattr(nuts, "_transitions", no_transitions)
+    chains = types.SimpleNamespace(data={})
+    for beyond in (1.0, 4.001, 50.0, np.inf):
+        monkeypatch.setattr(nuts, "_shortfall", lambda draws, stats, units, value=beyond: value)
+        kept, same = nuts._lengthened(draws, chains, (None, None), False)
+        assert kept is draws and same is chains
+    monkeypatch.setattr(nuts, "_shortfall", lambda draws, stats, units: 4.0)
+    with pytest.raises(AssertionError, match="ran on"):
+        nuts._lengthened(draws, chains, (None, None), False)
+    # Chains apart (the second one's noise a tenth higher) after running on: the warning says so.
+    apart = np.exp(np.random.default_rng(0).normal(size=(2, 400, 1)) / 100 + [[[0.0]], [[0.1]]])
+    with pytest.warns(SamplingWarning, match="already ran on, 3 transitions for each draw kept"):
+        diagnose(dataclasses.replace(draws, noise=apart, thinning=3))
 
 
 def test_sample_more_after_pickling_and_on_a_rotated_factor_analysis():

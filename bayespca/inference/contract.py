@@ -104,8 +104,13 @@ class Draws:
         )
 
     def extended(self, more: Draws) -> Draws:
-        """These draws followed, chain by chain, by ``more`` (the same chains run on, as many
-        transitions a draw)."""
+        """These draws followed, chain by chain, by ``more`` (the same chains run on).
+
+        Raises
+        ------
+        ValueError
+            If ``more`` keeps every ``t``-th transition for another ``t`` (``thinning``).
+        """
         if more.thinning != self.thinning:
             raise ValueError(f"more: draws of {more.thinning} transitions each cannot follow draws of "
                              f"{self.thinning}; run them on with thinning {self.thinning}")

@@ -351,7 +351,8 @@ class _LowRankGaussianModel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, B
         mass matrix fit; the chains go on in the compiled sampler with no
         warm-up, the first 100 transitions dropped, then ``num_samples`` kept,
         one transition each (where the fit's chains ran on and kept every
-        ``t``-th draw, these do not: ``attrs["thinning"]`` is 1). Made for refits on nearly the same rows: exact leave-one-out (which
+        ``t``-th draw, these do not: ``attrs["thinning"]`` is 1). Made for
+        refits on nearly the same rows: exact leave-one-out (which
         :func:`bayespca.loo` runs this way) or K-fold cross-validation. Every
         posterior attribute follows ``X``, and the fit's warnings are those of
         the new draws. Fits of data with missing values, or whose sampler

@@ -717,6 +717,12 @@ def test_chains_that_still_fail_the_check_run_on_and_keep_every_t_th_draw(monkey
     np.testing.assert_array_equal(draws.thinned(3).sample_stats["diverging"], [[True, False], [False, True]])
 
 
+@dataclasses.dataclass
+class _StatefulChains:
+    data: dict
+    states: object = None
+
+
 def test_chains_that_four_times_the_length_would_not_mend_do_not_run_on(monkeypatch):
     """Running on is for a shortfall in (1, 4] (:func:`bayespca.posterior.shortfall`): chains in different
     modes (R-hat far from 1, or not finite) warn at once; 4 runs on. No transition is made otherwise."""
@@ -738,6 +744,22 @@ def test_chains_that_four_times_the_length_would_not_mend_do_not_run_on(monkeypa
     monkeypatch.setattr(nuts, "_shortfall", lambda draws, stats, units: 4.0)
     with pytest.raises(AssertionError, match="ran on"):
         nuts._lengthened(draws, chains, (None, None), False)
+    # Running on stops where the joined chains fall out of reach: after t = 2, a shortfall above 4 / 2.
+    runs = []
+
+    def transitions(chains, data, lengths, progress_bar, label):
+        runs.append(lengths)
+        return draws, None
+
+    monkeypatch.setattr(nuts, "_transitions", transitions)
+    stateful = _StatefulChains({})
+    cases = (([2.0, 2.01], 2), ([2.0, 2.0, 1.0], 3), ([2.0, 1.5, 1.34], 3), ([3.0, 1.5, 1.33, 1.2], 4))
+    for verdicts, kept in cases:  # the check's values at t = 1, 2, ...; the t kept
+        runs.clear()
+        looks = iter(verdicts)
+        monkeypatch.setattr(nuts, "_shortfall", lambda draws, stats, units, looks=looks: next(looks))
+        assert nuts._lengthened(draws, stateful, (None, None), False)[0].thinning == kept
+        assert runs == [(0, 400)] * (kept - 1) and next(looks, "all") == "all"
     # Chains apart (the second one's noise a tenth higher) after running on: the warning says so.
     apart = np.exp(np.random.default_rng(0).normal(size=(2, 400, 1)) / 100 + [[[0.0]], [[0.1]]])
     with pytest.warns(SamplingWarning, match="already ran on, 3 transitions for each draw kept"):

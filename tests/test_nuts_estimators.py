@@ -725,7 +725,8 @@ class _StatefulChains:
 
 def test_chains_that_four_times_the_length_would_not_mend_do_not_run_on(monkeypatch):
     """Running on is for a shortfall in (1, 4] (:func:`bayespca.posterior.shortfall`): chains in different
-    modes (R-hat far from 1, or not finite) warn at once; 4 runs on. No transition is made otherwise."""
+    modes (R-hat far from 1, or not finite) warn at once, with no transition made; 4 runs on. After the
+    t-th look the chains stop where the shortfall is above 4 / t (out of reach) or passes."""
     from bayespca.inference import nuts
     from bayespca.inference.contract import Draws
 
@@ -744,7 +745,7 @@ def test_chains_that_four_times_the_length_would_not_mend_do_not_run_on(monkeypa
     monkeypatch.setattr(nuts, "_shortfall", lambda draws, stats, units: 4.0)
     with pytest.raises(AssertionError, match="ran on"):
         nuts._lengthened(draws, chains, (None, None), False)
-    # Running on stops where the joined chains fall out of reach: after t = 2, a shortfall above 4 / 2.
+    # Running on stops where the joined chains fall out of reach (a shortfall above 4 / t) or pass.
     runs = []
 
     def transitions(chains, data, lengths, progress_bar, label):

@@ -134,7 +134,7 @@ from bayespca.models import (
     pivot_anchors,
 )
 from bayespca.params import as_key, check_number, check_sampler_options
-from bayespca.posterior import converged, shortfall, worst_convergence, worst_of
+from bayespca.posterior import shortfall, worst_convergence, worst_of
 from bayespca.statistics import (
     PATTERN_MULTIPLE,
     Prepared,
@@ -1936,7 +1936,7 @@ def _near_degenerate(static: _Static, data: dict, loadings: Any) -> bool:
 
 def _chains_agree(draws: Draws, stats: Any) -> bool:
     """Whether the draws (sampling units) pass the users' check (:func:`bayespca.posterior.converged`)."""
-    return converged(draws, _log_likelihood(draws, stats))
+    return _shortfall(draws, stats, None) <= 1.0
 
 
 def _shortfall(draws: Draws, stats: Any, units: np.ndarray | None) -> float:

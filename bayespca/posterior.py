@@ -10,6 +10,7 @@ under any identification of ``W``.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -47,6 +48,11 @@ __all__ = [
 # What diagnose warns about on any invariant: an R-hat above RHAT_LIMIT, or a bulk or tail ESS below
 # MIN_ESS_PER_CHAIN a chain.
 RHAT_LIMIT, MIN_ESS_PER_CHAIN = 1.01, 100
+# The most draws a chain that diagnose's warnings offer to reach the check with. Beyond it the chains
+# take over 100 draws for each effective one (for the ESS check), which chains that sample one mode by
+# NUTS seldom do and chains held in separate modes do: their R-hat does not shrink with length, so the
+# draws they seem to need grow with it.
+_MOST_DRAWS_A_CHAIN = 10_000
 
 # Rows sharing a pattern of observed entries, at least this many of them, are scored for all draws
 # at once; the others draw by draw. A pattern costs about what 8 rows cost draw by draw (2000 draws,
@@ -382,9 +388,17 @@ def shortfall(worst: tuple, chains: int, min_ess_per_chain: int = MIN_ESS_PER_CH
     3.03
     """
     (_, rhat), (_, ess) = worst
-    if not np.isfinite(rhat) or not ess > 0:
-        return np.inf
-    return float(max((rhat * rhat - 1.0) / (RHAT_LIMIT * RHAT_LIMIT - 1.0), min_ess_per_chain * chains / ess))
+    return max(_rhat_shortfall(rhat), _ess_shortfall(ess, min_ess_per_chain * chains))
+
+
+def _rhat_shortfall(rhat: float) -> float:
+    """The length, in times the chains', at which R-hat would fall to ``RHAT_LIMIT`` (:func:`shortfall`)."""
+    return float((rhat * rhat - 1.0) / (RHAT_LIMIT * RHAT_LIMIT - 1.0)) if np.isfinite(rhat) else np.inf
+
+
+def _ess_shortfall(ess: float, needed: float) -> float:
+    """The length, in times the chains', at which ESS would reach ``needed`` (:func:`shortfall`)."""
+    return float(needed / ess) if ess > 0 else np.inf
 
 
 def converged(draws: Draws, log_lik: np.ndarray | None = None, *,
@@ -400,6 +414,30 @@ def _higher_targets(target: float | None) -> str:
     return f"it is {target:g}; e.g. {'0.99' if target < 0.99 else '0.995 or 0.999'}"
 
 
+def _within_reach(times: float, draws: Draws) -> bool:
+    """Whether ``times`` the chains' length (:func:`shortfall`) is at most ``_MOST_DRAWS_A_CHAIN`` a chain."""
+    return times * draws.loadings.shape[1] <= _MOST_DRAWS_A_CHAIN
+
+
+def _more_draws(times: float, draws: Draws, continuable: bool) -> str:
+    """The end of a warning on R-hat or ESS: the draws that would pass, from ``times`` (:func:`shortfall`).
+
+    Up to ``_MOST_DRAWS_A_CHAIN`` draws a chain in all, it names the draws to add to each chain,
+    rounded up to two significant digits (an estimate: R-hat and ESS of the longer chains vary
+    about it), and ``sample_more()`` where the estimator can run on (``continuable``); beyond,
+    that length seldom mends it.
+    """
+    count = draws.loadings.shape[1]
+    if not _within_reach(times, draws):
+        return (f" At this rate the chains would need over {_MOST_DRAWS_A_CHAIN:,} draws each, as chains "
+                "held in separate modes do; more draws seldom mend that.")
+    extra = (times - 1.0) * count
+    step = 10 ** max(0, math.floor(math.log10(extra)) - 1)  # two significant digits, rounded up
+    extra = step * math.ceil(extra / step)
+    ending = f" About {times:.1f} times as many draws would pass ({extra:,} more a chain)."
+    return ending + (MORE_DRAWS if continuable else "")
+
+
 def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *,
              min_ess_per_chain: int = MIN_ESS_PER_CHAIN,
              continuable: bool = False, target_accept_prob: float | None = None,
@@ -410,16 +448,19 @@ def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *,
     only (noise variances, eigenvalues of ``W W^T``, total log-likelihood
     when given), which are meaningful whatever the identification. R-hat
     is ArviZ's rank-normalised split R-hat; a single chain is compared with
-    itself by its two halves. ``continuable``: the estimator's chains can
-    run on (``sample_more``), which the messages about R-hat and ESS then
-    offer (``bayespca.messages.MORE_DRAWS``; they say so where the chains ran on already,
-    ``draws.thinning`` above 1). ``target_accept_prob``: the
+    itself by its two halves. The messages about R-hat and ESS say how many
+    more draws would pass that check (:func:`shortfall`'s estimate, up to
+    10,000 draws a chain; beyond, length seldom mends it), and that the
+    chains ran on already where ``draws.thinning`` is above 1.
+    ``continuable``: the estimator's chains can run on
+    (``sample_more``), which those messages then offer
+    (``bayespca.messages.MORE_DRAWS``). ``target_accept_prob``: the
     sampler's, from which the advice on divergences goes up (None: not known). ``feature_names``:
     the names that label ``psi`` in the messages, as in :func:`to_datatree` (None: indices).
     """
-    more = MORE_DRAWS if continuable else ""
+    ran_on = ""
     if draws.thinning > 1:  # the sampler ran the chains on already (bayespca.inference.nuts)
-        more = f" The chains already ran on, {draws.thinning} transitions for each draw kept.{more}"
+        ran_on = f" The chains already ran on, {draws.thinning} transitions for each draw kept."
     messages = []
     n_div = int(draws.sample_stats["diverging"].sum())
     if n_div:
@@ -438,17 +479,22 @@ def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *,
             f"check for too many components ({fewer})."
         )
     elif rhat > RHAT_LIMIT:
+        times, modes = _rhat_shortfall(rhat), f"several modes (e.g. too many components: {fewer})"
+        remedy = (f"Increase num_warmup and num_samples, run more chains, or check for {modes}"
+                  if _within_reach(times, draws) else f"Check for {modes}, or increase num_warmup")
         messages.append(
             f"R-hat of {rhat_label} is {rhat:.3f} > {RHAT_LIMIT}: draws from different chains (or halves of "
-            "one chain) disagree. "
-            "Increase num_warmup and num_samples, run more chains, or check for several modes "
-            f"(e.g. too many components: {fewer}).{more}"
+            f"one chain) disagree. {remedy}.{ran_on}{_more_draws(times, draws, continuable)}"
         )
-    if ess < min_ess_per_chain * chains:
+    needed = min_ess_per_chain * chains
+    if ess < needed:
+        times = _ess_shortfall(ess, needed)
+        remedy = ("increase num_samples" if _within_reach(times, draws)
+                  else f"check for several modes or too many components ({fewer})")
         messages.append(
             f"Effective sample size of {ess_label} is {ess:.0f} < "
-            f"{min_ess_per_chain * chains} ({min_ess_per_chain} per chain x {chains} chains): "
-            f"increase num_samples.{more}"
+            f"{needed} ({min_ess_per_chain} per chain x {chains} chains): "
+            f"{remedy}.{ran_on}{_more_draws(times, draws, continuable)}"
         )
     for message in messages:
         warn(message, SamplingWarning)

@@ -1,6 +1,7 @@
 """R-hat and ESS, vectorised over quantities, against ArviZ's own functions (arviz_stats) to 1e-10."""
 
 import itertools
+import re
 
 import arviz_stats
 import numpy as np
@@ -10,7 +11,8 @@ import scipy.stats
 from bayespca import convergence
 from bayespca.convergence import ess_bulk, ess_mean, ess_tail, rank_rhat
 from bayespca.inference.contract import Draws
-from bayespca.posterior import posterior_variables, shortfall, worst_convergence
+from bayespca.messages import MORE_DRAWS
+from bayespca.posterior import SamplingWarning, diagnose, posterior_variables, shortfall, worst_convergence
 
 
 def converged(series: np.ndarray, min_ess: float = 400.0, p: float = 0.9999) -> bool:
@@ -127,7 +129,9 @@ def _as_noise_draws(series: np.ndarray) -> Draws:
     R-hat and ESS."""
     chains, count = series.shape
     noise = np.exp(series[..., None] / 10)
-    return Draws(np.zeros((chains, count, 1, 1)), noise, np.zeros((chains, count, 1)), "none", "diagonal", {})
+    stats = {"diverging": np.zeros((chains, count), bool)}
+    zeros = np.zeros((chains, count, 1))
+    return Draws(zeros[..., None], noise, zeros, "none", "diagonal", stats)
 
 
 def test_shortfall_says_how_many_times_as_long_the_chains_need_to_be():
@@ -149,3 +153,38 @@ def test_shortfall_says_how_many_times_as_long_the_chains_need_to_be():
     # Chains that did not move (R-hat not defined): no length makes them pass.
     stuck = np.repeat(np.arange(4.0)[:, None], 400, axis=1)
     assert shortfall(worst_convergence(_as_noise_draws(stuck)), 4) > 1e9
+
+
+def _advice(series: np.ndarray, continuable: bool = True) -> list:
+    """diagnose's messages on chains whose one invariant has ``series``'s R-hat and ESS."""
+    with pytest.warns(SamplingWarning) as caught:
+        messages = diagnose(_as_noise_draws(series), continuable=continuable)
+    assert [str(w.message) for w in caught] == messages
+    return messages
+
+
+def test_warnings_say_how_many_more_draws_would_pass_and_offer_them_only_within_reach():
+    # AR(1), phi = 0.9: n_eff = n (1 - phi) / (1 + phi) = n / 19, so 4 chains pass ESS >= 400 at
+    # 100 x 19 = 1900 draws each, 1500 more than 400 (theory, not the code's figure). The ESS of
+    # one set of chains varies: its median over seeds is held to the theory.
+    extra = []
+    for seed in range(20):
+        messages = _advice(_ar1(np.random.default_rng(seed), 4, 400, 0.9))
+        ess = [m for m in messages if m.startswith("Effective sample size")]
+        assert len(ess) == 1 and ess[0].endswith(MORE_DRAWS)
+        extra.append(int(re.search(r"\(([\d,]+) more a chain\)", ess[0]).group(1).replace(",", "")))
+    assert 1100 < np.median(extra) < 2000
+    # Chains that are only short are offered more, however many times their length they need:
+    # 4 independent chains of 10 draws (ESS about 40, about 10 times too few).
+    short = _advice(np.random.default_rng(0).standard_normal((4, 10)))
+    assert short and all(m.endswith(MORE_DRAWS) and "times as many draws would pass" in m for m in short)
+    # One chain of four held 3 sd apart (R-hat about 1.5 at any length): its R-hat stays, so it
+    # needs (1.5^2 - 1) / (1.01^2 - 1), about 60, times any length; at 500 draws that is beyond
+    # 10,000 a chain and no more are offered, though the estimator could run on.
+    apart = np.random.default_rng(1).standard_normal((4, 500))
+    apart[0] += 3.0
+    messages = _advice(apart)
+    assert messages and all("more draws seldom mend that" in m and "sample_more" not in m for m in messages)
+    # Where the user holds no estimator to continue (continuable=False), the figure stays, the offer goes.
+    short = _advice(np.random.default_rng(0).standard_normal((4, 10)), continuable=False)
+    assert short and all("times as many draws would pass" in m and "sample_more" not in m for m in short)

@@ -496,7 +496,7 @@ def _leaders(ax, tips, boxes, min_gap=12.0):
 
 
 # ---------------------------------------------------------------- loadings
-def plot_loadings(model, *, kind="heatmap", ci_prob=0.89, feature_names=None, ax=None):
+def plot_loadings(model, *, kind="heatmap", ci_prob=0.9, feature_names=None, ax=None):
     """Loadings as a heatmap, or (NUTS fits) as posterior credible intervals.
 
     ``kind="heatmap"``: the loadings matrix (features x components; for NUTS
@@ -516,7 +516,10 @@ def plot_loadings(model, *, kind="heatmap", ci_prob=0.89, feature_names=None, ax
     ----------
     model : fitted PCA, PPCA or FactorAnalysis
     kind : {"heatmap", "interval"}, default="heatmap"
-    ci_prob : float in (0, 1), default=0.89
+    ci_prob : float in (0, 1), default=0.9
+        The equal-tailed interval's probability; 0.9 is that of the
+        horseshoe's ``loadings_interval_`` and ``support_``, so the heatmap
+        marks the loadings in ``support_``.
     feature_names : sequence of str, optional
     ax : matplotlib Axes, optional
 
@@ -701,7 +704,7 @@ def plot_latent(model, X, *, components=(0, 1), prob=0.9, labels=None, max_ellip
 
 
 # ------------------------------------------------------------------- noise
-def plot_noise(model, *, ci_prob=0.89, bins=30, feature_names=None, ax=None):
+def plot_noise(model, *, ci_prob=0.9, bins=30, feature_names=None, ax=None):
     """Posterior of the noise: ``sigma^2`` (PPCA) as a histogram, ``psi`` (FA) as intervals per feature.
 
     For NUTS fits: PPCA draws a histogram of the ``sigma^2`` draws with the
@@ -712,7 +715,8 @@ def plot_noise(model, *, ci_prob=0.89, bins=30, feature_names=None, ax=None):
     Parameters
     ----------
     model : fitted PPCA or FactorAnalysis
-    ci_prob : float in (0, 1), default=0.89
+    ci_prob : float in (0, 1), default=0.9
+        As :func:`plot_loadings`'.
     bins : int, default=30
         Histogram bins (PPCA NUTS fits).
     feature_names : sequence of str, optional

@@ -246,6 +246,13 @@ def test_loadings_of_the_horseshoe_label_the_anchors_zeros_fixed(data):
     fixed = {(round(t.get_position()[1]), round(t.get_position()[0])) for t in ax.texts
              if t.get_text() == "fixed"}
     assert fixed == {(3, 1)} and "fixed: 0" in ax.get_title()
+    # By default the marks and intervals are the model's own (support_, loadings_interval_: 90%).
+    marked = {(round(t.get_position()[1]), round(t.get_position()[0])) for t in ax.texts
+              if t.get_text().endswith("*")}
+    assert marked == set(zip(*np.nonzero(model.support_), strict=True)) and marked
+    ax = plot_loadings(model, kind="interval")
+    ends = np.array([seg[:, 0] for seg in ax.containers[0].lines[2][0].get_segments()])
+    np.testing.assert_allclose(ends, model.loadings_interval_[:, 0], rtol=1e-12)
     ax = plot_loadings(model, kind="interval", ci_prob=0.8)
     draws = model.loadings_samples_.reshape(-1, D, K)
     np.testing.assert_allclose(ax.containers[0].lines[0].get_xdata(), draws[:, :, 0].mean(0), rtol=1e-12)
@@ -383,7 +390,7 @@ def test_noise_fa_nuts_intervals_per_feature(fa_nuts):
     data_line, _, (bars,) = ax.containers[0].lines
     np.testing.assert_allclose(data_line.get_xdata(), draws.mean(0), rtol=1e-12)
     ends = np.array([seg[:, 0] for seg in bars.get_segments()])
-    np.testing.assert_allclose(ends, np.percentile(draws, [5.5, 94.5], axis=0).T, rtol=1e-12)
+    np.testing.assert_allclose(ends, np.percentile(draws, [5, 95], axis=0).T, rtol=1e-12)
     assert [t.get_text() for t in ax.get_yticklabels()] == NAMES
 
 
@@ -654,7 +661,7 @@ def test_titles_name_what_is_shown(wine, ppca_nuts, fa_nuts):
     fa = FactorAnalysis(3, rotation="varimax").fit(X)
     assert plot_loadings(fa).get_title() == "Factor analysis loadings\n(maximum likelihood, varimax rotation)"
     assert plot_loadings(ppca_nuts, kind="interval").get_title() == (
-        "pPCA loadings\n(posterior mean and 89% interval)")
+        "pPCA loadings\n(posterior mean and 90% interval)")
     assert plot_noise(fa_nuts).get_title() == "Factor analysis noise variances psi (uniquenesses)"
     assert plot_biplot(PCA(2).fit(X), X).get_title() == "Biplot: PCA scores and loadings"
     ax = plot_latent(PPCA(2).fit(X), X)

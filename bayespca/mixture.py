@@ -45,6 +45,7 @@ clustering with the integrated completed likelihood. IEEE TPAMI 22(7), 719-725.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from typing import Any
@@ -278,11 +279,11 @@ def fit_mixture_nuts(
         posterior means; ``details["responsibilities"]`` averaged over draws.
     """
     from bayespca import priors as prior_classes
-    from bayespca.inference.nuts import align_signs, sample_model
+    from bayespca.inference.nuts import sample_model
     from bayespca.models import identification_for, initial_values, mixture_ppca
 
     X = prepared.X
-    n, d, k, K = prepared.n, prepared.d, spec.n_components, n_mixtures
+    n, k, K = prepared.n, spec.n_components, n_mixtures
     # Each cluster lies in the data's span: k at or above its rank leaves every cluster no noise.
     check_rows_leave_noise(prepared, k)
     filled = X if prepared.missing is None else np.where(prepared.missing, prepared.mean, X)
@@ -298,28 +299,36 @@ def fit_mixture_nuts(
             values[f"c{c}/{name}"] = value
     options = {"n_mixtures": K, "n_components": k, "identification": identification,
                "has_missing": prepared.missing is not None}
-    sites, stats = sample_model(
-        mixture_ppca, options, {"X": X, "prior": priors}, values, num_warmup=num_warmup,
-        num_samples=num_samples, num_chains=num_chains, chain_method=chain_method,
+    draws = sample_model(
+        mixture_ppca, options, {"X": X, "prior": priors}, values,
+        functools.partial(_relabelled_draws, em=em.gaussian, identification=identification),
+        num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains, chain_method=chain_method,
         target_accept_prob=target_accept_prob, random_state=random_state, progress_bar=progress_bar,
     )
-    shape = (num_chains, num_samples)
+    return _posterior_fit(draws, prepared)
+
+
+def _relabelled_draws(sites: dict, stats: dict, *, em: LowRankGaussian, identification: str) -> Draws:
+    """The mixture's draws (chain, draw, cluster, ...) from its sites, each draw's clusters relabelled to
+    EM's (``em``, stacked) by their means, and polar columns' signs aligned to EM's loadings."""
+    from bayespca.inference.nuts import align_signs
+
+    K, d = np.shape(em.mean)
+    shape = stats["diverging"].shape
     loadings = np.stack([sites[f"c{c}/W"] for c in range(K)], axis=2)
     noise = np.stack([np.broadcast_to(sites[f"c{c}/sigma"][..., None] ** 2, (*shape, d))
                       for c in range(K)], axis=2)
     means = np.stack([sites[f"c{c}/mu"] for c in range(K)], axis=2)
-    perm = _relabel(means.reshape(-1, K, d), np.asarray(em.gaussian.mean)).reshape(*shape, K)
+    perm = _relabel(means.reshape(-1, K, d), np.asarray(em.mean)).reshape(*shape, K)
 
     def take(a):
         return np.take_along_axis(a, perm.reshape(*shape, K, *([1] * (a.ndim - 3))), axis=2)
 
     loadings, noise, means, weights = take(loadings), take(noise), take(means), take(sites["weights"])
     if identification == "polar":
-        loadings = np.stack([align_signs(loadings[:, :, c], np.asarray(em.gaussian.loadings[c]))
+        loadings = np.stack([align_signs(loadings[:, :, c], np.asarray(em.loadings[c]))
                              for c in range(K)], axis=2)
-    draws = Draws(loadings, noise, means, identification, "isotropic", stats, em.gaussian,
-                  {"weights": weights})
-    return _posterior_fit(draws, prepared)
+    return Draws(loadings, noise, means, identification, "isotropic", stats, em, {"weights": weights})
 
 
 def _draw_gaussians(draws: Draws):

@@ -429,8 +429,8 @@ def _more_draws(times: float, draws: Draws, continuable: bool) -> str:
     """
     count = draws.loadings.shape[1]
     if not _within_reach(times, draws):
-        return (f" At this rate the chains would need over {_MOST_DRAWS_A_CHAIN:,} draws each, as chains "
-                "held in separate modes do; more draws seldom mend that.")
+        return (f" At this rate the chains would need over {_MOST_DRAWS_A_CHAIN:,} draws each; chains this "
+                "slow are mostly held in separate modes, which more draws seldom mend.")
     extra = (times - 1.0) * count
     step = 10 ** max(0, math.floor(math.log10(extra)) - 1)  # two significant digits, rounded up
     extra = step * math.ceil(extra / step)

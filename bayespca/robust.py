@@ -456,7 +456,7 @@ def fit_robust_nuts(
         ``row_weights`` (posterior mean of ``E[u_i | x_i, theta]``).
     """
     from bayespca import priors as prior_classes
-    from bayespca.inference.nuts import align_signs, sample_model
+    from bayespca.inference.nuts import sample_model
     from bayespca.models import identification_for, initial_values, robust_ppca
 
     check_rows_leave_noise(prepared, spec.n_components)
@@ -472,18 +472,27 @@ def fit_robust_nuts(
     if nu is None:
         values["nu"] = min(max(em.details["nu"], 0.5), 1e3)
     options.update(identification=identification, has_missing=prepared.missing is not None)
-    sites, stats = sample_model(
-        robust_ppca, options, {"X": X, **numbers}, values, num_warmup=num_warmup, num_samples=num_samples,
-        num_chains=num_chains, chain_method=chain_method, target_accept_prob=target_accept_prob,
-        random_state=random_state, progress_bar=progress_bar,
+    draws = sample_model(
+        robust_ppca, options, {"X": X, **numbers}, values,
+        functools.partial(_t_draws, start=start, identification=identification, sampled_nu=nu is None),
+        num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains, chain_method=chain_method,
+        target_accept_prob=target_accept_prob, random_state=random_state, progress_bar=progress_bar,
     )
+    return _posterior_fit(draws, prepared, nu).to_data_units(prepared.scale, prepared.total_observed)
+
+
+def _t_draws(sites: dict, stats: dict, *, start: LowRankGaussian, identification: str,
+             sampled_nu: bool) -> Draws:
+    """The Student-t pPCA's draws from its sites: polar columns' signs aligned to the EM loadings
+    ``start``, ``nu`` among the extra draws where it is sampled."""
+    from bayespca.inference.nuts import align_signs
+
     w = sites["W"]
     if identification == "polar":
         w = align_signs(w, start.loadings)
-    noise = np.broadcast_to(sites["sigma"][..., None] ** 2, (*w.shape[:2], prepared.d)).copy()
-    extra = {"nu": sites["nu"]} if nu is None else {}
-    draws = Draws(w, noise, sites["mu"], identification, "isotropic", stats, start, extra)
-    return _posterior_fit(draws, prepared, nu).to_data_units(prepared.scale, prepared.total_observed)
+    noise = np.broadcast_to(sites["sigma"][..., None] ** 2, (*w.shape[:2], w.shape[2])).copy()
+    extra = {"nu": sites["nu"]} if sampled_nu else {}
+    return Draws(w, noise, sites["mu"], identification, "isotropic", stats, start, extra)
 
 
 def _draws_nu(draws: Draws, nu: float | None) -> np.ndarray:

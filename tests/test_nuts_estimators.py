@@ -739,12 +739,10 @@ def test_chains_that_four_times_the_length_would_not_mend_do_not_run_on(monkeypa
     monkeypatch.setattr(nuts, "_transitions", no_transitions)
     chains = types.SimpleNamespace(data={})
     for beyond in (1.0, 4.001, 50.0, np.inf):
-        monkeypatch.setattr(nuts, "_shortfall", lambda draws, stats, units, value=beyond: value)
-        kept, same = nuts._lengthened(draws, chains, (None, None), False)
+        kept, same = nuts._lengthened(draws, chains, lambda draws, value=beyond: value, False)
         assert kept is draws and same is chains
-    monkeypatch.setattr(nuts, "_shortfall", lambda draws, stats, units: 4.0)
     with pytest.raises(AssertionError, match="ran on"):
-        nuts._lengthened(draws, chains, (None, None), False)
+        nuts._lengthened(draws, chains, lambda draws: 4.0, False)
     # Running on stops where the joined chains fall out of reach (a shortfall above 4 / t) or pass.
     runs = []
 
@@ -758,8 +756,8 @@ def test_chains_that_four_times_the_length_would_not_mend_do_not_run_on(monkeypa
     for verdicts, kept in cases:  # the check's values at t = 1, 2, ...; the t kept
         runs.clear()
         looks = iter(verdicts)
-        monkeypatch.setattr(nuts, "_shortfall", lambda draws, stats, units, looks=looks: next(looks))
-        assert nuts._lengthened(draws, stateful, (None, None), False)[0].thinning == kept
+        kept_draws, _ = nuts._lengthened(draws, stateful, lambda draws, looks=looks: next(looks), False)
+        assert kept_draws.thinning == kept
         assert runs == [(0, 400)] * (kept - 1) and next(looks, "all") == "all"
     # Chains apart (the second one's noise a tenth higher) after running on: the warning says so.
     apart = np.exp(np.random.default_rng(0).normal(size=(2, 400, 1)) / 100 + [[[0.0]], [[0.1]]])

@@ -914,7 +914,8 @@ class Chains:
     ``prepared`` data and the model's ``spec``; ``own_metric`` says the
     sampler whitens by a metric corrected by the chains' own draws
     (:func:`_with_pilot_metric`) rather than the Laplace fit. :func:`continue_chains` runs the chains on
-    from here, :func:`continue_on` on other rows.
+    from here, :func:`continue_on` on other rows. :func:`sample_model` sets ``to_draws``, which turns its
+    model's sites and the statistics (chain, draw, ...) into draws, in place of ``report``.
     """
 
     static: _Static
@@ -928,6 +929,7 @@ class Chains:
     prepared: Prepared | None = None
     spec: ModelSpec | None = None
     own_metric: bool = False
+    to_draws: Callable | None = None
 
     @property
     def target_accept_prob(self) -> float:
@@ -1018,6 +1020,7 @@ def sample_model(
     options: dict,
     kwargs: dict,
     start: dict,
+    to_draws: Callable,
     *,
     num_warmup: int = 500,
     num_samples: int = 500,
@@ -1035,7 +1038,10 @@ def sample_model(
     xi`` there (``S S^T`` the inverse Hessian of the potential, eigenvalues
     floored: :func:`laplace_factor`), each chain started at a draw of that
     approximation. Compiled once per ``(model, options)`` and shapes: a fit
-    of new rows of the same shape reuses the programs.
+    of new rows of the same shape reuses the programs. Chains that fail the
+    users' check (:func:`bayespca.posterior.diagnose`, on R-hat and ESS of
+    the draws' invariants) by a shortfall within reach run on, as
+    :func:`fit_nuts`'s do (:func:`_lengthened`).
 
     Parameters
     ----------
@@ -1048,15 +1054,17 @@ def sample_model(
         Its other keyword arguments, pytrees of arrays (``X``, ``prior``, ...).
     start : dict
         Constrained values of every latent site (e.g. the ML point).
+    to_draws : callable
+        ``to_draws(sites, sample_stats)``: the model's draws from every sample
+        and deterministic site (leading dims (chain, draw)) and the statistics
+        of :func:`sample_statistics`, in the units of the check.
     num_warmup, num_samples, num_chains, chain_method, target_accept_prob, random_state, progress_bar
         As in :func:`fit_nuts`.
 
     Returns
     -------
-    sites : dict of ndarray
-        Every sample and deterministic site, leading dims (chain, draw).
-    sample_stats : dict of ndarray (chain, draw)
-        As :func:`sample_statistics` makes them.
+    Draws
+        What ``to_draws`` made of the draws kept (``thinning`` where the chains ran on).
     """
     check_sampler_options(num_warmup, num_samples, num_chains, chain_method, target_accept_prob)
     release_compiled_programs()
@@ -1072,9 +1080,16 @@ def sample_model(
     data["factor"] = laplace_factor(hessian)
     if finish_compiling is not None:
         finish_compiling()
-    sites, stats, *_ = _sample(static, data, run, key, 1.0, None)
+    sites, stats, chains, _ = _sample(static, data, run, key, 1.0, None)
     shape = (int(num_chains), int(num_samples))
-    return {name: v.reshape(*shape, *v.shape[1:]) for name, v in sites.items()}, stats
+    draws = to_draws({name: v.reshape(*shape, *v.shape[1:]) for name, v in sites.items()}, stats)
+    draws, _ = _lengthened(draws, replace(chains, to_draws=to_draws), _invariants_shortfall, progress_bar)
+    return draws
+
+
+def _invariants_shortfall(draws: Draws) -> float:
+    """:func:`bayespca.posterior.shortfall` of the draws' invariants (not the log-likelihood: it needs X)."""
+    return shortfall(worst_convergence(draws), draws.loadings.shape[0])
 
 
 def _rough_scales(start: dict, n: int, variances: np.ndarray) -> np.ndarray:
@@ -1335,7 +1350,8 @@ def fit_nuts(
         draws, chains, xi = _better((draws, chains, xi), cartesian, stats)
     pilot_key = jax.random.fold_in(key, 2)
     draws, chains = _with_pilot_metric(draws, chains, xi, sampling, pilot_key, stats, loadings)
-    draws, chains = _lengthened(draws, replace(chains, report=sampling[1]), (stats, units), progress_bar)
+    short = functools.partial(_shortfall, stats=stats, units=units)
+    draws, chains = _lengthened(draws, replace(chains, report=sampling[1]), short, progress_bar)
     if units is not None:
         draws = draws.to_data_units(units)
     chains = replace(chains, units=units, stats=working_stats, prepared=prepared, spec=spec)
@@ -1537,8 +1553,13 @@ def _transitions(chains: Chains, data: dict, lengths: tuple, progress_bar: bool 
     if bar is not None:
         bar.close()
     xi, extra = _kept(out, skip, count, thinning)
-    sites = _constrained_draws(static, data, xi.reshape(-1, xi.shape[-1]), _KEPT_SITES)
-    draws = _draws(jax.tree.map(np.asarray, sites), sample_statistics(extra), chains.report, xi.shape[:2])
+    kept = _KEPT_SITES if chains.to_draws is None else None
+    sites = jax.tree.map(np.asarray, _constrained_draws(static, data, xi.reshape(-1, xi.shape[-1]), kept))
+    if chains.to_draws is None:
+        draws = _draws(sites, sample_statistics(extra), chains.report, xi.shape[:2])
+    else:
+        by_chain = {name: v.reshape(*xi.shape[:2], *v.shape[1:]) for name, v in sites.items()}
+        draws = chains.to_draws(by_chain, sample_statistics(extra))
     draws = replace(draws, thinning=thinning)
     return (draws if chains.units is None else draws.to_data_units(chains.units)), states
 
@@ -1673,7 +1694,7 @@ def _with_pilot_metric(draws: Draws, chains: Chains, xi: np.ndarray, sampling: t
 _LONGEST = 4
 
 
-def _lengthened(draws: Draws, chains: Chains, statistics: tuple, progress_bar: bool | None) -> tuple:
+def _lengthened(draws: Draws, chains: Chains, short: Callable, progress_bar: bool | None) -> tuple:
     """Chains that still fail the users' check on R-hat or ESS alone run on, and keep every ``t``-th draw.
 
     Where no remedy of the geometry made the chains pass (other charts,
@@ -1689,18 +1710,15 @@ def _lengthened(draws: Draws, chains: Chains, statistics: tuple, progress_bar: b
     which length does not mend, nor for chains shorter than
     ``_PILOT_MIN_DRAWS`` (asked for few draws, they are not run four
     times as long), nor where ``_LONGEST`` times the length would not
-    reach the check (:func:`bayespca.posterior.shortfall`: chains that sit in
-    different modes, R-hat far above 1.01 or not finite, or too few effective draws),
-    and they stop where the joined chains fall out of that reach (breast cancer raw FA
-    k = 18, seed 1: a chain found another mode of ``psi[8]`` while running on, R-hat 1.49);
-    ``statistics`` is ``(stats, units)`` of the sampling units (:func:`_shortfall`);
-    ``(draws, chains)``.
+    reach the check (:func:`_worth_running_on`), and they stop where the
+    joined chains fall out of that reach (breast cancer raw FA k = 18,
+    seed 1: a chain found another mode of ``psi[8]`` while running on,
+    R-hat 1.49). ``short`` gives the draws' :func:`bayespca.posterior.shortfall`
+    (:func:`_shortfall` for the Gaussian models); ``(draws, chains)``.
     """
-    count = draws.loadings.shape[1]
-    stats, units = statistics
-    if count < _PILOT_MIN_DRAWS or draws.sample_stats["diverging"].any():
-        return draws, chains
-    if not 1.0 < _shortfall(draws, stats, units) <= _LONGEST:
+    diverging = draws.sample_stats["diverging"]
+    count = diverging.shape[1]
+    if count < _PILOT_MIN_DRAWS or diverging.any() or not _worth_running_on(short(draws)):
         return draws, chains
     joined = draws
     for thinning in range(2, _LONGEST + 1):
@@ -1708,10 +1726,21 @@ def _lengthened(draws: Draws, chains: Chains, statistics: tuple, progress_bar: b
         more, states = _transitions(chains, chains.data, (0, count), progress_bar, label)
         joined, chains = joined.extended(more), replace(chains, states=states)
         kept = joined.thinned(thinning)
-        short = _shortfall(kept, stats, units)
-        if short <= 1.0 or short > _LONGEST / thinning:  # passes, or the rest of the length cannot pass
+        if not _worth_running_on(short(kept), thinning):
             break
     return kept, chains
+
+
+def _worth_running_on(short: float, thinning: int = 1) -> bool:
+    """Whether chains kept every ``thinning``-th transition that fail the check by ``short``
+    (:func:`bayespca.posterior.shortfall`) could pass it within ``_LONGEST`` transitions a draw.
+
+    Running on from ``t`` to ``_LONGEST`` transitions a draw makes the chains ``_LONGEST / t`` times
+    as long, which divides the shortfall by about that at most: what fails by more is out of reach,
+    at the first look chains in different modes (R-hat above about 1.04, or not finite) or with
+    fewer than 25 effective draws a chain.
+    """
+    return 1.0 < short <= _LONGEST / thinning
 
 
 def _draws_metric(chains: Chains, xi: np.ndarray, loadings: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -22,6 +22,12 @@ Usage::
    of the first fit (it compiles the sampler) and of a fit of new rows of
    the same shape (it reuses it), bulk ESS of the invariant quantities and
    min ESS per second of the second fit.
+4. Real data (``--iris-seeds``): ``MixturePPCA(3, 1, method="nuts")`` on
+   iris at default settings, with the chains run on where they fail the
+   users' check and without (the sampler's gate switched off, as before
+   the run-on): whether each fit passes (no ``SamplingWarning``), the
+   transitions a draw kept, the smallest ESS and the wall time (after one
+   fit that compiles).
 
 Times are medians over ``--repeats`` runs (ours and the baseline
 interleaved); "cold" is the first bayespca fit of the shape (it compiles
@@ -179,15 +185,53 @@ def nuts(draws):
     print(f"leapfrog steps per draw: mixture {steps[0]:.1f}, robust {steps[1]:.1f}")
 
 
+def iris_mixture(seeds):
+    from sklearn.datasets import load_iris
+
+    from bayespca.inference import nuts as runner
+    from bayespca.posterior import SamplingWarning, worst_convergence
+
+    X = load_iris().data
+    options = {"method": "nuts", "progress_bar": False}
+    gate = runner._worth_running_on
+    print(f"\n4. MixturePPCA(3, 1) on iris, default settings (4 x 500), seeds 0-{seeds - 1}: run on / not")
+    print(f"{'seed':>4} {'passes':>13} {'thinning':>8} {'min ESS':>15} {'wall s':>11}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        MixturePPCA(3, 1, random_state=0, **options).fit(X)  # compiles
+    passed = [0, 0]
+    for seed in range(seeds):
+        cells = []
+        for on in (True, False):
+            runner._worth_running_on = gate if on else (lambda short, thinning=1: False)
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    t, model = timed(lambda seed=seed: MixturePPCA(3, 1, random_state=seed, **options).fit(X))
+            finally:
+                runner._worth_running_on = gate
+            ok = not any(w.category is SamplingWarning for w in caught)
+            passed[not on] += ok
+            ess = worst_convergence(model.nuts_)[1][1]
+            cells.append((ok, model.posterior_["sample_stats"].attrs["thinning"], ess, t))
+        (a, ta, ea, wa), (b, _, eb, wb) = cells
+        print(f"{seed:>4} {str(a):>6} / {str(b):<5} {ta:>8} {ea:>7.0f} / {eb:<5.0f} {wa:>5.1f} / {wb:<4.1f}")
+    print(f"passed: {passed[0]} of {seeds} run on, {passed[1]} of {seeds} without")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--nuts-draws", type=int, default=500)
+    parser.add_argument("--iris-seeds", type=int, default=8)
+    parser.add_argument("--only-iris", action="store_true", help="section 4 alone")
     args = parser.parse_args()
-    robustness(args.repeats)
-    clustering(args.repeats)
-    nuts(args.nuts_draws)
+    if not args.only_iris:
+        robustness(args.repeats)
+        clustering(args.repeats)
+        nuts(args.nuts_draws)
+    iris_mixture(args.iris_seeds)
 
 
 if __name__ == "__main__":

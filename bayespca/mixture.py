@@ -302,6 +302,7 @@ def fit_mixture_nuts(
     draws = sample_model(
         mixture_ppca, options, {"X": X, "prior": priors}, values,
         functools.partial(_relabelled_draws, em=em.gaussian, identification=identification),
+        log_lik=lambda draws: pointwise_log_likelihood(draws, X).sum(-1),
         num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains, chain_method=chain_method,
         target_accept_prob=target_accept_prob, random_state=random_state, progress_bar=progress_bar,
     )
@@ -405,6 +406,10 @@ class MixturePPCA(ClusterMixin, DensityMixin, BaseEstimator):
     identification : {None, "polar", "lower_triangular", "procrustes", "none"}, default=None
         NUTS: how each cluster's ``W_c`` is sampled (None: ``"polar"``).
     num_warmup, num_samples, num_chains : int, default=500, 500, 4
+        NUTS warm-up and kept draws per chain, and number of chains. Chains
+        that fail the convergence check run on as :class:`bayespca.PPCA`'s do
+        (``posterior_["sample_stats"].attrs["thinning"]``: every 2nd, 3rd or
+        4th transition kept).
     chain_method : {"parallel", "sequential", "vectorized"}, default="parallel"
         NUTS chains on threads, one after the other (the same draws) or as one
         vectorized program (the choice on a GPU), as in :class:`bayespca.PPCA`.

@@ -48,11 +48,12 @@ __all__ = [
 # What diagnose warns about on any invariant: an R-hat above RHAT_LIMIT, or a bulk or tail ESS below
 # MIN_ESS_PER_CHAIN a chain.
 RHAT_LIMIT, MIN_ESS_PER_CHAIN = 1.01, 100
-# The most draws a chain that diagnose's warnings offer to reach the check with. Beyond it the chains
-# take over 100 draws for each effective one (for the ESS check), which chains that sample one mode by
-# NUTS seldom do and chains held in separate modes do: their R-hat does not shrink with length, so the
-# draws they seem to need grow with it.
-_MOST_DRAWS_A_CHAIN = 10_000
+# diagnose's warnings offer more draws up to _LONGEST_OFFERED times the chains' length, and beyond it
+# for chains shorter than _JUDGED_FROM draws. Beyond, R-hat is above about 1.1 (the older limit, at
+# which chains are taken not to mix) or ESS below 10 a chain: chains held in separate modes, whose
+# R-hat does not shrink with length. Short chains cannot tell that from slow mixing. The draws offered
+# are at least _FEWEST_OFFERED (the sampler's chunk of transitions) or the chains' length.
+_LONGEST_OFFERED, _JUDGED_FROM, _FEWEST_OFFERED = 10.0, 400, 50
 
 # Rows sharing a pattern of observed entries, at least this many of them, are scored for all draws
 # at once; the others draw by draw. A pattern costs about what 8 rows cost draw by draw (2000 draws,
@@ -415,27 +416,49 @@ def _higher_targets(target: float | None) -> str:
 
 
 def _within_reach(times: float, draws: Draws) -> bool:
-    """Whether ``times`` the chains' length (:func:`shortfall`) is at most ``_MOST_DRAWS_A_CHAIN`` a chain."""
-    return times * draws.loadings.shape[1] <= _MOST_DRAWS_A_CHAIN
+    """Whether more draws, ``times`` the chains' length (:func:`shortfall`), are worth offering."""
+    return times <= _LONGEST_OFFERED or draws.loadings.shape[1] < _JUDGED_FROM
 
 
 def _more_draws(times: float, draws: Draws, continuable: bool) -> str:
     """The end of a warning on R-hat or ESS: the draws that would pass, from ``times`` (:func:`shortfall`).
 
-    Up to ``_MOST_DRAWS_A_CHAIN`` draws a chain in all, it names the draws to add to each chain,
-    rounded up to two significant digits (an estimate: R-hat and ESS of the longer chains vary
-    about it), and ``sample_more()`` where the estimator can run on (``continuable``); beyond,
-    that length seldom mends it.
+    It names the draws to add to each chain, rounded up to two significant digits and at
+    least ``_FEWEST_OFFERED`` or the chains' length (an estimate: R-hat and ESS of the longer
+    chains vary about it), and within reach (:func:`_within_reach`) ``sample_more()`` where the estimator can
+    run on (``continuable``); beyond, it says that length seldom mends it.
     """
+    if not np.isfinite(times):
+        return " Chains that do not move are not mended by more draws."
     count = draws.loadings.shape[1]
-    if not _within_reach(times, draws):
-        return (f" At this rate the chains would need over {_MOST_DRAWS_A_CHAIN:,} draws each; chains this "
-                "slow are mostly held in separate modes, which more draws seldom mend.")
     extra = (times - 1.0) * count
-    step = 10 ** max(0, math.floor(math.log10(extra)) - 1)  # two significant digits, rounded up
-    extra = step * math.ceil(extra / step)
-    ending = f" About {times:.1f} times as many draws would pass ({extra:,} more a chain)."
-    return ending + (MORE_DRAWS if continuable else "")
+    step = 10 ** max(0, math.floor(math.log10(max(extra, 1.0))) - 1)  # two significant digits, up
+    extra = max(min(_FEWEST_OFFERED, count), step * math.ceil(extra / step))
+    estimate = f"about {times:.{1 if times >= 1.1 else 2}f} times as many draws ({extra:,} more a chain)"
+    if not _within_reach(times, draws):
+        return (f" Passing would take {estimate} at this pace; chains of {_JUDGED_FROM} draws or more "
+                "that far from it are mostly held in separate modes, which more draws seldom mend.")
+    return f" {estimate[0].upper()}{estimate[1:]} would pass.{MORE_DRAWS if continuable else ''}"
+
+
+def _rhat_message(label: str, rhat: float, draws: Draws, fewer: str, ending: str) -> str:
+    """The warning on R-hat above ``RHAT_LIMIT``: the remedies, then ``ending`` (:func:`_more_draws`)."""
+    modes = f"several modes (e.g. too many components: {fewer})"
+    if _within_reach(_rhat_shortfall(rhat), draws):
+        remedy = f"Increase num_warmup and num_samples, run more chains, or check for {modes}"
+    else:
+        remedy = f"Check for {modes}, or increase num_warmup"
+    return (f"R-hat of {label} is {rhat:.3f} > {RHAT_LIMIT}: draws from different chains (or halves of one "
+            f"chain) disagree. {remedy}.{ending}")
+
+
+def _ess_message(label: str, ess: float, needed: float, draws: Draws, fewer: str, ending: str) -> str:
+    """The warning on an ESS below ``needed``: the remedy, then ``ending`` (:func:`_more_draws`)."""
+    chains = draws.loadings.shape[0]
+    remedy = ("increase num_samples" if _within_reach(_ess_shortfall(ess, needed), draws)
+              else f"check for several modes or too many components ({fewer})")
+    return (f"Effective sample size of {label} is {ess:.0f} < {needed:.0f} ({needed / chains:.0f} per chain "
+            f"x {chains} chains): {remedy}.{ending}")
 
 
 def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *,
@@ -449,9 +472,10 @@ def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *,
     when given), which are meaningful whatever the identification. R-hat
     is ArviZ's rank-normalised split R-hat; a single chain is compared with
     itself by its two halves. The messages about R-hat and ESS say how many
-    more draws would pass that check (:func:`shortfall`'s estimate, up to
-    10,000 draws a chain; beyond, length seldom mends it), and that the
-    chains ran on already where ``draws.thinning`` is above 1.
+    more draws would pass that check (:func:`shortfall`'s estimate; beyond
+    ten times the chains' length, for chains of 400 draws or more, that
+    length seldom mends it), and that the chains ran on already where
+    ``draws.thinning`` is above 1.
     ``continuable``: the estimator's chains can run on
     (``sample_more``), which those messages then offer
     (``bayespca.messages.MORE_DRAWS``). ``target_accept_prob``: the
@@ -479,23 +503,12 @@ def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *,
             f"check for too many components ({fewer})."
         )
     elif rhat > RHAT_LIMIT:
-        times, modes = _rhat_shortfall(rhat), f"several modes (e.g. too many components: {fewer})"
-        remedy = (f"Increase num_warmup and num_samples, run more chains, or check for {modes}"
-                  if _within_reach(times, draws) else f"Check for {modes}, or increase num_warmup")
-        messages.append(
-            f"R-hat of {rhat_label} is {rhat:.3f} > {RHAT_LIMIT}: draws from different chains (or halves of "
-            f"one chain) disagree. {remedy}.{ran_on}{_more_draws(times, draws, continuable)}"
-        )
+        ending = ran_on + _more_draws(_rhat_shortfall(rhat), draws, continuable)
+        messages.append(_rhat_message(rhat_label, rhat, draws, fewer, ending))
     needed = min_ess_per_chain * chains
     if ess < needed:
-        times = _ess_shortfall(ess, needed)
-        remedy = ("increase num_samples" if _within_reach(times, draws)
-                  else f"check for several modes or too many components ({fewer})")
-        messages.append(
-            f"Effective sample size of {ess_label} is {ess:.0f} < "
-            f"{needed} ({min_ess_per_chain} per chain x {chains} chains): "
-            f"{remedy}.{ran_on}{_more_draws(times, draws, continuable)}"
-        )
+        ending = ran_on + _more_draws(_ess_shortfall(ess, needed), draws, continuable)
+        messages.append(_ess_message(ess_label, ess, needed, draws, fewer, ending))
     for message in messages:
         warn(message, SamplingWarning)
     return messages

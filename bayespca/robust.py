@@ -475,6 +475,7 @@ def fit_robust_nuts(
     draws = sample_model(
         robust_ppca, options, {"X": X, **numbers}, values,
         functools.partial(_t_draws, start=start, identification=identification, sampled_nu=nu is None),
+        log_lik=lambda draws: pointwise_log_likelihood(draws, nu, X).sum(-1),
         num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains, chain_method=chain_method,
         target_accept_prob=target_accept_prob, random_state=random_state, progress_bar=progress_bar,
     )
@@ -573,6 +574,10 @@ class RobustPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     identification : {None, "polar", "lower_triangular", "procrustes", "none"}, default=None
         How NUTS samples ``W`` (None: ``"polar"``).
     num_warmup, num_samples, num_chains : int, default=500, 500, 4
+        NUTS warm-up and kept draws per chain, and number of chains. Chains
+        that fail the convergence check run on as :class:`bayespca.PPCA`'s do
+        (``posterior_["sample_stats"].attrs["thinning"]``: every 2nd, 3rd or
+        4th transition kept).
     chain_method : {"parallel", "sequential", "vectorized"}, default="parallel"
         NUTS chains on threads, one after the other (the same draws) or as one
         vectorized program (the choice on a GPU), as in :class:`bayespca.PPCA`.

@@ -177,14 +177,16 @@ def test_warnings_say_how_many_more_draws_would_pass_and_offer_them_only_within_
     # Chains that are only short are offered more, however many times their length they need:
     # 4 independent chains of 10 draws (ESS about 40, about 10 times too few).
     short = _advice(np.random.default_rng(0).standard_normal((4, 10)))
-    assert short and all(m.endswith(MORE_DRAWS) and "times as many draws would pass" in m for m in short)
+    assert short and all(m.endswith(MORE_DRAWS) and "more a chain) would pass." in m for m in short)
     # One chain of four held 3 sd apart (R-hat about 1.5 at any length): its R-hat stays, so it
-    # needs (1.5^2 - 1) / (1.01^2 - 1), about 60, times any length; at 500 draws that is beyond
-    # 10,000 a chain and no more are offered, though the estimator could run on.
+    # needs (1.5^2 - 1) / (1.01^2 - 1), about 60, times any length. Chains of 500 draws that far
+    # (over 10 times) from passing are not offered more, though the estimator could run on; chains
+    # of 100 cannot tell that from slow mixing, and are.
     apart = np.random.default_rng(1).standard_normal((4, 500))
     apart[0] += 3.0
     messages = _advice(apart)
     assert messages and all("more draws seldom mend" in m and "sample_more" not in m for m in messages)
+    assert all(m.endswith(MORE_DRAWS) for m in _advice(apart[:, :100]))
     # Where the user holds no estimator to continue (continuable=False), the figure stays, the offer goes.
     short = _advice(np.random.default_rng(0).standard_normal((4, 10)), continuable=False)
-    assert short and all("times as many draws would pass" in m and "sample_more" not in m for m in short)
+    assert short and all("more a chain) would pass." in m and "sample_more" not in m for m in short)

@@ -493,7 +493,7 @@ def test_diagnostics_silent_on_converged_chains(ppca_fit):
 def test_diagnostics_warn_and_name_the_fix():
     """Synthetic draws: chains stuck at different values, a divergence, an AR(1) series."""
     rng = np.random.default_rng(0)
-    chains, n_draws, d = 2, 200, 4
+    chains, n_draws, d = 2, 400, 4
     ar = np.zeros((chains, n_draws))
     for t in range(1, n_draws):
         ar[:, t] = 0.995 * ar[:, t - 1] + 0.1 * rng.normal(size=chains)
@@ -507,7 +507,7 @@ def test_diagnostics_warn_and_name_the_fix():
     assert len([r for r in record if r.category is SamplingWarning]) == len(messages) == 3
     assert "1 divergent" in messages[0] and "target_accept_prob" in messages[0]
     assert "R-hat of " in messages[1] and "num_warmup" in messages[1]
-    # ESS 3 of 400 draws: beyond what more draws mend (tests/test_convergence.py has those within reach).
+    # ESS 3 of 800 draws: beyond what more draws mend (tests/test_convergence.py has those within reach).
     assert "several modes" in messages[2] and "seldom mend" in messages[2]
     # The advice follows the fit: a target already high asks for a higher one, and under ARD
     # (its precisions among the draws) prior='ard' is not offered again.

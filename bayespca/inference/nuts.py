@@ -1022,6 +1022,7 @@ def sample_model(
     start: dict,
     to_draws: Callable,
     *,
+    log_lik: Callable | None = None,
     num_warmup: int = 500,
     num_samples: int = 500,
     num_chains: int = 4,
@@ -1029,7 +1030,7 @@ def sample_model(
     target_accept_prob: float = 0.9,
     random_state: Any = None,
     progress_bar: bool | None = None,
-) -> tuple[dict, dict]:
+) -> Draws:
     """Draw from the posterior of ``model(**options, **kwargs)`` with the runner of :func:`fit_nuts`.
 
     For the models whose likelihood needs the rows (:func:`bayespca.models.robust_ppca`,
@@ -1040,8 +1041,8 @@ def sample_model(
     approximation. Compiled once per ``(model, options)`` and shapes: a fit
     of new rows of the same shape reuses the programs. Chains that fail the
     users' check (:func:`bayespca.posterior.diagnose`, on R-hat and ESS of
-    the draws' invariants) by a shortfall within reach run on, as
-    :func:`fit_nuts`'s do (:func:`_lengthened`).
+    the draws' invariants and ``log_lik``) by a shortfall within reach run
+    on, as :func:`fit_nuts`'s do (:func:`_lengthened`).
 
     Parameters
     ----------
@@ -1058,6 +1059,9 @@ def sample_model(
         ``to_draws(sites, sample_stats)``: the model's draws from every sample
         and deterministic site (leading dims (chain, draw)) and the statistics
         of :func:`sample_statistics`, in the units of the check.
+    log_lik : callable, optional
+        ``log_lik(draws)``: the total log-likelihood of each draw (chain, draw), which the check
+        takes in as :func:`bayespca.posterior.diagnose` does (None: the check without it).
     num_warmup, num_samples, num_chains, chain_method, target_accept_prob, random_state, progress_bar
         As in :func:`fit_nuts`.
 
@@ -1083,13 +1087,15 @@ def sample_model(
     sites, stats, chains, _ = _sample(static, data, run, key, 1.0, None)
     shape = (int(num_chains), int(num_samples))
     draws = to_draws({name: v.reshape(*shape, *v.shape[1:]) for name, v in sites.items()}, stats)
-    draws, _ = _lengthened(draws, replace(chains, to_draws=to_draws), _invariants_shortfall, progress_bar)
+    short = functools.partial(_invariants_shortfall, log_lik=log_lik)
+    draws, _ = _lengthened(draws, replace(chains, to_draws=to_draws), short, progress_bar)
     return draws
 
 
-def _invariants_shortfall(draws: Draws) -> float:
-    """:func:`bayespca.posterior.shortfall` of the draws' invariants (not the log-likelihood: it needs X)."""
-    return shortfall(worst_convergence(draws), draws.loadings.shape[0])
+def _invariants_shortfall(draws: Draws, log_lik: Callable | None) -> float:
+    """:func:`bayespca.posterior.shortfall` of the draws' invariants and ``log_lik(draws)`` where given."""
+    total = None if log_lik is None else log_lik(draws)
+    return shortfall(worst_convergence(draws, total), draws.loadings.shape[0])
 
 
 def _rough_scales(start: dict, n: int, variances: np.ndarray) -> np.ndarray:
@@ -1542,7 +1548,8 @@ def _transitions(chains: Chains, data: dict, lengths: tuple, progress_bar: bool 
                  label: str = "NUTS") -> tuple:
     """``count`` draws (working units) after ``skip`` more transitions of ``chains`` on ``data``, each
     the last of ``thinning`` transitions, and the states the chains stop in; ``lengths`` is ``(skip,
-    count)`` or ``(skip, count, thinning)`` (default 1)."""
+    count)`` or ``(skip, count, thinning)`` (default 1). The draws are ``chains.to_draws``' of every
+    site where it is set (:func:`sample_model`), else the Gaussian models' (:func:`_draws`)."""
     release_compiled_programs()
     skip, count, thinning = (*lengths, 1)[:3]
     num_chains = len(chains.states) if isinstance(chains.states, list) else chains.states.z.shape[0]

@@ -417,34 +417,37 @@ def _higher_targets(target: float | None) -> str:
 
 def _within_reach(times: float, draws: Draws) -> bool:
     """Whether more draws, ``times`` the chains' length (:func:`shortfall`), are worth offering."""
-    return times <= _LONGEST_OFFERED or draws.loadings.shape[1] < _JUDGED_FROM
+    return bool(np.isfinite(times)) and (times <= _LONGEST_OFFERED or draws.loadings.shape[1] < _JUDGED_FROM)
 
 
-def _more_draws(times: float, draws: Draws, continuable: bool) -> str:
+def _more_draws(times: float, draws: Draws, reach: bool, continuable: bool) -> str:
     """The end of a warning on R-hat or ESS: the draws that would pass, from ``times`` (:func:`shortfall`).
 
     It names the draws to add to each chain, rounded up to two significant digits and at
-    least ``_FEWEST_OFFERED`` or the chains' length (an estimate: R-hat and ESS of the longer
-    chains vary about it), and within reach (:func:`_within_reach`) ``sample_more()`` where the estimator can
-    run on (``continuable``); beyond, it says that length seldom mends it.
+    least ``_FEWEST_OFFERED`` or the chains' length (an estimate: R-hat and ESS of the
+    longer chains vary about it), and where more draws are worth offering (``reach``, the
+    same for both checks: :func:`_within_reach` of the overall shortfall) ``sample_more()``
+    where the estimator can run on (``continuable``); else that length seldom mends it.
     """
-    if not np.isfinite(times):
-        return " Chains that do not move are not mended by more draws."
     count = draws.loadings.shape[1]
     extra = (times - 1.0) * count
-    step = 10 ** max(0, math.floor(math.log10(max(extra, 1.0))) - 1)  # two significant digits, up
-    extra = max(min(_FEWEST_OFFERED, count), step * math.ceil(extra / step))
-    estimate = f"about {times:.{1 if times >= 1.1 else 2}f} times as many draws ({extra:,} more a chain)"
-    if not _within_reach(times, draws):
+    if not extra <= 1e3 * count:  # also not finite: ESS 0
+        estimate = "over 1,000 times as many draws"
+    else:
+        step = 10 ** max(0, math.floor(math.log10(max(extra, 1.0))) - 1)  # two significant digits, up
+        extra = max(min(_FEWEST_OFFERED, count), step * math.ceil(extra / step))
+        shown = 1.0 + extra / count  # the draws offered, as a multiple of the chains' length
+        estimate = f"about {shown:.{1 if shown >= 1.1 else 2}f} times as many draws ({extra:,} more a chain)"
+    if not reach:
         return (f" Passing would take {estimate} at this pace; chains of {_JUDGED_FROM} draws or more "
                 "that far from it are mostly held in separate modes, which more draws seldom mend.")
     return f" {estimate[0].upper()}{estimate[1:]} would pass.{MORE_DRAWS if continuable else ''}"
 
 
-def _rhat_message(label: str, rhat: float, draws: Draws, fewer: str, ending: str) -> str:
+def _rhat_message(label: str, rhat: float, reach: bool, fewer: str, ending: str) -> str:
     """The warning on R-hat above ``RHAT_LIMIT``: the remedies, then ``ending`` (:func:`_more_draws`)."""
     modes = f"several modes (e.g. too many components: {fewer})"
-    if _within_reach(_rhat_shortfall(rhat), draws):
+    if reach:
         remedy = f"Increase num_warmup and num_samples, run more chains, or check for {modes}"
     else:
         remedy = f"Check for {modes}, or increase num_warmup"
@@ -452,11 +455,10 @@ def _rhat_message(label: str, rhat: float, draws: Draws, fewer: str, ending: str
             f"chain) disagree. {remedy}.{ending}")
 
 
-def _ess_message(label: str, ess: float, needed: float, draws: Draws, fewer: str, ending: str) -> str:
+def _ess_message(label: str, ess: float, needed: float, chains: int, reach: bool, fewer: str,
+                 ending: str) -> str:
     """The warning on an ESS below ``needed``: the remedy, then ``ending`` (:func:`_more_draws`)."""
-    chains = draws.loadings.shape[0]
-    remedy = ("increase num_samples" if _within_reach(_ess_shortfall(ess, needed), draws)
-              else f"check for several modes or too many components ({fewer})")
+    remedy = "increase num_samples" if reach else f"check for several modes or too many components ({fewer})"
     return (f"Effective sample size of {label} is {ess:.0f} < {needed:.0f} ({needed / chains:.0f} per chain "
             f"x {chains} chains): {remedy}.{ending}")
 
@@ -502,13 +504,15 @@ def diagnose(draws: Draws, log_lik: np.ndarray | None = None, *,
             f"R-hat of {rhat_label} is not finite: a chain did not move. Increase num_warmup, or "
             f"check for too many components ({fewer})."
         )
-    elif rhat > RHAT_LIMIT:
-        ending = ran_on + _more_draws(_rhat_shortfall(rhat), draws, continuable)
-        messages.append(_rhat_message(rhat_label, rhat, draws, fewer, ending))
     needed = min_ess_per_chain * chains
+    # One verdict for both messages: chains that more draws would not mend are beyond them in either check.
+    reach = _within_reach(shortfall(((rhat_label, rhat), (ess_label, ess)), chains, min_ess_per_chain), draws)
+    if np.isfinite(rhat) and rhat > RHAT_LIMIT:
+        ending = ran_on + _more_draws(_rhat_shortfall(rhat), draws, reach, continuable)
+        messages.append(_rhat_message(rhat_label, rhat, reach, fewer, ending))
     if ess < needed:
-        ending = ran_on + _more_draws(_ess_shortfall(ess, needed), draws, continuable)
-        messages.append(_ess_message(ess_label, ess, needed, draws, fewer, ending))
+        ending = ran_on + _more_draws(_ess_shortfall(ess, needed), draws, reach, continuable)
+        messages.append(_ess_message(ess_label, ess, needed, chains, reach, fewer, ending))
     for message in messages:
         warn(message, SamplingWarning)
     return messages

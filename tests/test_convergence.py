@@ -187,6 +187,10 @@ def test_warnings_say_how_many_more_draws_would_pass_and_offer_them_only_within_
     messages = _advice(apart)
     assert messages and all("more draws seldom mend" in m and "sample_more" not in m for m in messages)
     assert all(m.endswith(MORE_DRAWS) for m in _advice(apart[:, :100]))
+    # One verdict for both messages: AR(1), phi = 0.97, fails R-hat by 10.2 times the length (beyond)
+    # and ESS by 7.6 (within, alone): neither offers more.
+    both = _advice(_ar1(np.random.default_rng(9), 4, 500, 0.97))
+    assert len(both) == 2 and all("seldom mend" in m and "sample_more" not in m for m in both)
     # Where the user holds no estimator to continue (continuable=False), the figure stays, the offer goes.
     short = _advice(np.random.default_rng(0).standard_normal((4, 10)), continuable=False)
     assert short and all("more a chain) would pass." in m and "sample_more" not in m for m in short)

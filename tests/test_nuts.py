@@ -675,6 +675,29 @@ def test_laplace_factor_caps_variances_at_ten_at_any_scale():
         assert abs((s @ s.T)[0, 1]) < 1e-12
 
 
+def test_sample_model_runs_on_where_the_log_likelihood_fails_the_check():
+    """The run-on of :func:`sample_model` checks ``log_lik`` as :func:`bayespca.posterior.diagnose`
+    does. ``x ~ N(2, 0.5^2)`` mixes at once, and ``_x_draws`` shows the check nothing; a
+    ``log_lik`` that smooths each chain's ``x`` (AR(1) filter, 0.8: ESS about n / 9 of about 2000
+    draws, under 400) fails it within reach, so the chains run on; without it they do not."""
+    import scipy.signal
+
+    from bayespca.inference import nuts
+
+    target = {"mean": np.array([2.0]), "precision": np.array([[4.0]])}
+
+    def smoothed(draws):
+        return scipy.signal.lfilter([1.0], [1.0, -0.8], draws.mean[..., 0], axis=1)
+
+    options = {"num_warmup": 200, "num_samples": 400, "num_chains": 4, "random_state": 0,
+               "progress_bar": False}
+    alone = nuts.sample_model(gaussian_target, {}, target, {"x": np.array([0.0])}, _x_draws, **options)
+    checked = nuts.sample_model(gaussian_target, {}, target, {"x": np.array([0.0])}, _x_draws,
+                                log_lik=smoothed, **options)
+    assert alone.thinning == 1 and checked.thinning > 1
+    assert checked.mean.shape == alone.mean.shape == (4, 400, 1)
+
+
 def test_more_chains_than_a_batch_of_gradients_start_right():
     """A 1-D target has 2 rows per compiled batch of gradients: 5 chains' starts take three calls.
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import numbers
 import textwrap
-import warnings
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -931,7 +930,10 @@ def plot_trace(model, var_names=None, **kwargs):
     ``W`` of 4 features and 2 components) the colour of each; the figure is
     widened to hold them. Where such a variable has more than 10 coordinates
     (``psi`` of 13 features), matplotlib's 20 ``tab20`` colours replace
-    ArviZ's cycle of 10, so no two coordinates share a colour.
+    ArviZ's cycle of 10, so no two coordinates share a colour. Coordinates
+    0 in every draw (the zeros that fix ``W``'s triangle) are left out: ``W``
+    of a lower-triangular fit is keyed ``W[feature, component]`` by its free
+    entries only.
 
     Returns
     -------
@@ -946,21 +948,52 @@ def plot_trace(model, var_names=None, **kwargs):
         noise = "psi" if np.ndim(model.noise_variance_) == 1 else "sigma2"
         var_names = [noise, "eigenvalues", "log_lik"]
     var_names = [var_names] if isinstance(var_names, str) else list(var_names)
-    posterior = model.posterior_
+    posterior = _without_fixed_zeros(model.posterior_, var_names)
     kwargs.setdefault("backend", "matplotlib")
     if kwargs["backend"] == "matplotlib":
         kwargs.setdefault("figure_kwargs", {"figsize": (9.0, 1.2 + 2.0 * len(var_names))})
         if "color" not in kwargs and _widest_key(posterior, var_names) > _ARVIZ_COLOURS:
             tab20 = plt.get_cmap("tab20").colors  # dark and light of each hue in turn: the darks first
             kwargs["color"] = list(tab20[0::2] + tab20[1::2])
-    with warnings.catch_warnings():
-        if getattr(model, "identification_", None) == "lower_triangular":
-            # The triangle's zeros of W are constant draws, whose density ArviZ warns it cannot estimate.
-            warnings.filterwarnings("ignore", message="Your data appears to have a single value")
-        collection = plot_trace_dist(posterior, var_names=var_names, **kwargs)
+    collection = plot_trace_dist(posterior, var_names=var_names, **kwargs)
     if kwargs["backend"] == "matplotlib":
         _label_trace(collection, var_names)
     return collection
+
+
+def _without_fixed_zeros(tree, var_names):
+    """``tree`` with each of ``var_names`` that is 0 in every draw at some coordinates (the zeros that
+    fix ``W``'s triangle: ``W[i, j]``, ``j > i``) kept at its other coordinates only.
+
+    Those coordinates go along one dimension named after the variable's own (``"feature, component"``,
+    labels ``"4, 1"``), so that the colour key lists no constant and the density panel has no spike
+    at 0 (whose density ArviZ warns it cannot estimate).
+    """
+    import xarray as xr
+
+    posterior = tree["posterior"].to_dataset()
+    kept = {}
+    for name in var_names:
+        if name not in posterior:
+            continue  # ArviZ names what is missing
+        values = posterior[name].transpose("chain", "draw", ...)
+        dims = values.dims[2:]
+        free = np.asarray((values != 0).any(("chain", "draw")))
+        if free.all():
+            continue
+        index = np.argwhere(free)
+        key = ", ".join(map(str, dims))
+        labels = [", ".join(str(values[dim].values[i]) for dim, i in zip(dims, entry, strict=True))
+                  for entry in index]
+        kept[name] = xr.DataArray(
+            values.values[(slice(None), slice(None), *index.T)], dims=("chain", "draw", key),
+            coords={"chain": values["chain"], "draw": values["draw"], key: labels}, attrs=values.attrs,
+        )
+    if not kept:
+        return tree
+    tree = tree.copy()
+    tree["posterior"] = xr.DataTree(posterior.drop_vars(list(kept)).assign(kept))
+    return tree
 
 
 def _widest_key(posterior, var_names) -> int:

@@ -237,7 +237,8 @@ def test_loadings_interval_plot(ppca_nuts):
 
 def test_loadings_of_the_horseshoe_label_the_anchors_zeros_fixed(data):
     """The triangle's zeros (``W_{p_1, 2}`` with anchors p) read "fixed" and have no interval; every
-    other loading keeps its posterior mean and interval; a trace of W raises no warning."""
+    other loading keeps its posterior mean and interval; a trace of W leaves the zero out of its key and
+    density (ArviZ warned it could not estimate one) and raises no warning."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # two short chains
         model = PPCA(K, method="nuts", prior="horseshoe", anchors=(3, 1), num_warmup=100, num_samples=100,
@@ -260,7 +261,16 @@ def test_loadings_of_the_horseshoe_label_the_anchors_zeros_fixed(data):
     np.testing.assert_allclose(ax.containers[1].lines[0].get_xdata(), draws[:, rows, 1].mean(0), rtol=1e-12)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        plot_trace(model, var_names=["W"])
+        pc = plot_trace(model, var_names=["W"])
+    # The trace keys every loading but the fixed zero, each coloured as its own draws' lines.
+    key = pc.viz["plot"]["W"].sel(column="trace").item().get_legend()
+    assert key.get_title().get_text() == "W[feature, component]"
+    free = [(i, j) for i in range(D) for j in range(K) if (i, j) != (3, 1)]
+    assert [t.get_text() for t in key.get_texts()] == [f"{NAMES[i]}, {j}" for i, j in free]
+    lines = pc.viz["trace"]["W"].values
+    for entry, (i, j) in enumerate(free):
+        np.testing.assert_array_equal(lines[1, entry].get_ydata(), model.loadings_samples_[1, :, i, j])
+        assert lines[1, entry].get_color() == key.get_lines()[entry].get_color()
     plt.close("all")
 
 

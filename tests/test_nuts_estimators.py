@@ -351,7 +351,8 @@ def _recorded_runs(monkeypatch, failing_checks: float = 1, keep: bool = True) ->
     """The NUTS runs ``(draws, chains, xi)`` of the next fit, recorded; its users' check made to fail
     the first ``failing_checks`` times (``np.inf``: every time), so that another run follows, and
     another run kept (``keep``) or not; the chains that still fail do not run on (tested on its own:
-    ``test_chains_that_still_fail_the_check_run_on_and_keep_every_t_th_draw``)."""
+    ``test_chains_that_still_fail_the_check_run_on_and_keep_every_t_th_draw``), nor again around a
+    denser mode (``test_chains_split_between_two_modes_run_again_around_the_denser_one``)."""
     import bayespca.inference.nuts as nuts
 
     runs, checks = [], []
@@ -369,6 +370,7 @@ def _recorded_runs(monkeypatch, failing_checks: float = 1, keep: bool = True) ->
     monkeypatch.setattr(nuts, "_chains_agree", failing_once)
     monkeypatch.setattr(nuts, "_mixes_better", lambda new, old, stats: keep)
     monkeypatch.setattr(nuts, "_lengthened", lambda draws, chains, *rest: (draws, chains))
+    monkeypatch.setattr(nuts, "_recentred", lambda run, *rest: run)
     return runs
 
 
@@ -553,6 +555,49 @@ def test_heywood_fit_does_not_trap_chains_in_a_minor_mode(scaling):
         assert float(az.rhat(series)) < 1.05
 
 
+def test_chains_split_between_two_modes_run_again_around_the_denser_one(monkeypatch):
+    """Breast cancer, standardised, FA k = 5, its chains started from the ML point alone (the start
+    that raises its Heywood case switched off): Newton from there stops in a minor mode (psi_16 about
+    0.03), 36 nats below the main one (psi_16 about 0.31). At seeds 3 and 4 some chains leave it for
+    the main mode and some do not, and fail the check by far (:func:`bayespca.posterior.shortfall`
+    47 and 100). Newton from their densest draw finds the main mode, and the chains run again around
+    it pass the check, with the posterior mean of psi_16 of the fit started from both points within 4
+    Monte Carlo standard errors. Kept as they were, those chains fail the check. (The draws' metric
+    of :func:`_with_pilot_metric`, switched off here, mends these two as well, in twice the time; not
+    breast cancer FA k = 18, which this is for: ``_recentred``.)"""
+    import bayespca.inference.nuts as nuts
+    from bayespca.convergence import ess_bulk
+
+    X = load_breast_cancer().data
+    X = (X - X.mean(0)) / X.std(0)
+
+    def psi_16(seed):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SamplingWarning)
+            fit = FactorAnalysis(5, method="nuts", random_state=seed, progress_bar=False).fit(X)
+        draws = fit.noise_variance_samples_[..., 16]
+        failed = any(issubclass(w.category, SamplingWarning) for w in caught)
+        return draws.mean(), draws.std() / np.sqrt(ess_bulk(draws[None])[0]), failed
+
+    reference, reference_se, failed = psi_16(0)
+    assert not failed and reference > 0.2
+    monkeypatch.setattr(nuts, "_raised_noise", lambda *args: None)
+    monkeypatch.setattr(nuts, "_with_pilot_metric", lambda draws, chains, *rest: (draws, chains))
+    first_runs, real = [], nuts._recentred
+
+    def recorded(run, sampling, key, stats, free):
+        first_runs.append(nuts._shortfall(run[0], stats, None))
+        return real(run, sampling, key, stats, free)
+
+    monkeypatch.setattr(nuts, "_recentred", recorded)
+    for seed in (3, 4):
+        mean, se, failed = psi_16(seed)
+        assert first_runs[-1] > 10 and not failed
+        assert abs(mean - reference) < 4 * np.hypot(se, reference_se)
+    monkeypatch.setattr(nuts, "_recentred", lambda run, *rest: run)
+    assert psi_16(3)[2]
+
+
 def test_factor_analysis_posterior_follows_each_feature_s_units():
     """FA with its default priors is equivariant under rescaling each feature: the draws for
     ``X c`` (``c`` powers of two, 2^-7 .. 2^11) are those for ``X`` times ``c`` per feature. Chains
@@ -690,7 +735,7 @@ def test_chains_that_still_fail_the_check_run_on_and_keep_every_t_th_draw(monkey
     X = load_iris().data
     base = {"method": "nuts", "num_warmup": 100, "num_chains": 2, "random_state": 5, "progress_bar": False}
     verdicts = iter([2.0, 2.0, 1.0])
-    monkeypatch.setattr(nuts, "_with_pilot_metric", lambda draws, chains, *rest: (draws, chains))
+    monkeypatch.setattr(nuts, "_run_again", lambda run, *rest: run[:2])
     monkeypatch.setattr(nuts, "_shortfall", lambda draws, stats, units: next(verdicts))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SamplingWarning)

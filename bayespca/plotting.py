@@ -948,7 +948,7 @@ def plot_trace(model, var_names=None, **kwargs):
         noise = "psi" if np.ndim(model.noise_variance_) == 1 else "sigma2"
         var_names = [noise, "eigenvalues", "log_lik"]
     var_names = [var_names] if isinstance(var_names, str) else list(var_names)
-    posterior = _without_fixed_zeros(model.posterior_, var_names)
+    posterior = _without_fixed_zeros(_selected(model.posterior_, kwargs.pop("coords", None)), var_names)
     kwargs.setdefault("backend", "matplotlib")
     if kwargs["backend"] == "matplotlib":
         kwargs.setdefault("figure_kwargs", {"figsize": (9.0, 1.2 + 2.0 * len(var_names))})
@@ -961,9 +961,24 @@ def plot_trace(model, var_names=None, **kwargs):
     return collection
 
 
+def _selected(tree, coords):
+    """ArviZ's selection ``coords`` applied to each group of ``tree`` on the dimensions it has: here,
+    before :func:`_without_fixed_zeros` merges dimensions that ArviZ could then not select on."""
+    import xarray as xr
+
+    if not coords:
+        return tree
+    tree = tree.copy()
+    for group, node in tree.children.items():
+        data = node.to_dataset()
+        tree[group] = xr.DataTree(data.sel({k: v for k, v in coords.items() if k in data.dims}))
+    return tree
+
+
 def _without_fixed_zeros(tree, var_names):
-    """``tree`` with each of ``var_names`` that is 0 in every draw at some coordinates (the zeros that
-    fix ``W``'s triangle: ``W[i, j]``, ``j > i``) kept at its other coordinates only.
+    """``tree`` with each of ``var_names`` of two dimensions or more beyond (chain, draw) that is 0 in
+    every draw at some coordinates (the zeros that fix ``W``'s triangle: ``W[i, j]``, ``j > i``) kept
+    at its other coordinates only.
 
     Those coordinates go along one dimension named after the variable's own (``"feature, component"``,
     labels ``"4, 1"``), so that the colour key lists no constant and the density panel has no spike
@@ -979,7 +994,7 @@ def _without_fixed_zeros(tree, var_names):
         values = posterior[name].transpose("chain", "draw", ...)
         dims = values.dims[2:]
         free = np.asarray((values != 0).any(("chain", "draw")))
-        if free.all():
+        if len(dims) < 2 or free.all():
             continue
         index = np.argwhere(free)
         key = ", ".join(map(str, dims))

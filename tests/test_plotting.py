@@ -271,6 +271,10 @@ def test_loadings_of_the_horseshoe_label_the_anchors_zeros_fixed(data):
     for entry, (i, j) in enumerate(free):
         np.testing.assert_array_equal(lines[1, entry].get_ydata(), model.loadings_samples_[1, :, i, j])
         assert lines[1, entry].get_color() == key.get_lines()[entry].get_color()
+    # ArviZ's selection still applies to the dimensions merged.
+    pc = plot_trace(model, var_names=["W", "eigenvalues"], coords={"component": [1]})
+    key = pc.viz["plot"]["W"].sel(column="trace").item().get_legend()
+    assert [t.get_text() for t in key.get_texts()] == [f"{NAMES[i]}, 1" for i in range(D) if i != 3]
     plt.close("all")
 
 

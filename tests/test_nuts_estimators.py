@@ -555,47 +555,40 @@ def test_heywood_fit_does_not_trap_chains_in_a_minor_mode(scaling):
         assert float(az.rhat(series)) < 1.05
 
 
-def test_chains_split_between_two_modes_run_again_around_the_denser_one(monkeypatch):
+def test_chains_that_reached_a_weightier_mode_run_again_around_it(monkeypatch):
     """Breast cancer, standardised, FA k = 5, its chains started from the ML point alone (the start
-    that raises its Heywood case switched off): Newton from there stops in a minor mode (psi_16 about
-    0.03), 36 nats below the main one (psi_16 about 0.31). At seeds 3 and 4 some chains leave it for
-    the main mode and some do not, and fail the check by far (:func:`bayespca.posterior.shortfall`
-    47 and 100). Newton from their densest draw finds the main mode, and the chains run again around
-    it pass the check, with the posterior mean of psi_16 of the fit started from both points within 4
-    Monte Carlo standard errors. Kept as they were, those chains fail the check. (The draws' metric
-    of :func:`_with_pilot_metric`, switched off here, mends these two as well, in twice the time; not
-    breast cancer FA k = 18, which this is for: ``_recentred``.)"""
+    that raises its Heywood case switched off): their centre is then a minor mode (psi_16 about 0.03),
+    36 nats below the main one (psi_16 about 0.31), where the default fit's chains sit. Given that
+    first run with its densest draw put at the default fit's centre, the chains run again around the
+    mode Newton reaches from there: they pass the check, and the posterior mean of psi_16 is the
+    default fit's within 4 Monte Carlo standard errors. With the densest draw at the chains' own
+    centre nothing runs again. (At seeds 3 and 4 the chains so started split between the two modes
+    by themselves, and the fit runs again around the main one and passes.)"""
     import bayespca.inference.nuts as nuts
     from bayespca.convergence import ess_bulk
 
     X = load_breast_cancer().data
     X = (X - X.mean(0)) / X.std(0)
-
-    def psi_16(seed):
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", SamplingWarning)
-            fit = FactorAnalysis(5, method="nuts", random_state=seed, progress_bar=False).fit(X)
-        draws = fit.noise_variance_samples_[..., 16]
-        failed = any(issubclass(w.category, SamplingWarning) for w in caught)
-        return draws.mean(), draws.std() / np.sqrt(ess_bulk(draws[None])[0]), failed
-
-    reference, reference_se, failed = psi_16(0)
-    assert not failed and reference > 0.2
+    runs = []
+    monkeypatch.setattr(nuts, "_run_again", lambda run, *rest: runs.append((run, rest)) or run[:2])
+    FactorAnalysis(5, method="nuts", random_state=0, progress_bar=False).fit(X)
     monkeypatch.setattr(nuts, "_raised_noise", lambda *args: None)
-    monkeypatch.setattr(nuts, "_with_pilot_metric", lambda draws, chains, *rest: (draws, chains))
-    first_runs, real = [], nuts._recentred
+    FactorAnalysis(5, method="nuts", random_state=0, progress_bar=False).fit(X)
+    (reference, _), (run, (sampling, key, stats, _, free)) = runs
+    draws, chains, xi = run
 
-    def recorded(run, sampling, key, stats, free):
-        first_runs.append(nuts._shortfall(run[0], stats, None))
-        return real(run, sampling, key, stats, free)
+    def with_densest(point):
+        lp, moved = draws.sample_stats["lp"].copy(), xi.copy()
+        lp[1, 7], moved[1, 7] = lp.max() + 1.0, point
+        return dataclasses.replace(draws, sample_stats={**draws.sample_stats, "lp": lp}), chains, moved
 
-    monkeypatch.setattr(nuts, "_recentred", recorded)
-    for seed in (3, 4):
-        mean, se, failed = psi_16(seed)
-        assert first_runs[-1] > 10 and not failed
-        assert abs(mean - reference) < 4 * np.hypot(se, reference_se)
-    monkeypatch.setattr(nuts, "_recentred", lambda run, *rest: run)
-    assert psi_16(3)[2]
+    assert nuts._recentred(with_densest(np.zeros(xi.shape[-1])), sampling, key, stats, free)[1] is chains
+    main = np.linalg.solve(chains.data["factor"], reference[1].data["centre"] - chains.data["centre"])
+    again, other, _ = nuts._recentred(with_densest(main), sampling, key, stats, free)
+    assert other is not chains and nuts._chains_agree(again, stats)
+    psi = [d.noise[..., 16] for d in (reference[0], again)]
+    se = [p.std() / np.sqrt(ess_bulk(p[None])[0]) for p in psi]
+    assert 0.2 < psi[0].mean() and abs(psi[1].mean() - psi[0].mean()) < 4 * np.hypot(*se)
 
 
 def test_factor_analysis_posterior_follows_each_feature_s_units():

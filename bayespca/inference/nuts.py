@@ -1354,7 +1354,7 @@ def fit_nuts(
         again = jax.random.fold_in(key, 1)
         cartesian = _run(static, data, sampling, again, init_scale, search, _AGAIN + "Cartesian column")
         draws, chains, xi = _better((draws, chains, xi), cartesian, stats)
-    draws, chains = _run_again((draws, chains, xi), sampling, key, stats, (loadings, _free_columns(ml, n)))
+    draws, chains = _run_again((draws, chains, xi), sampling, key, stats, loadings, _free_columns(ml, n))
     short = functools.partial(_shortfall, stats=stats, units=units)
     draws, chains = _lengthened(draws, replace(chains, report=sampling[1]), short, progress_bar)
     if units is not None:
@@ -1373,7 +1373,7 @@ def continue_chains(chains: Chains, draws: Draws, num_samples: int, progress_bar
     ``num_samples=m`` continued by ``n`` gives the draws of one of ``m + n``
     where ``num_warmup + m`` is a multiple of the compiled chunk, 50
     transitions (otherwise the chains resume after that chunk's end), and
-    neither fit kept a second run (:func:`_with_pilot_metric`, or another chart)
+    neither fit kept a second run (:func:`_run_again`, or another chart)
     nor ran its chains longer. Where the fit kept every ``t``-th draw
     (``draws.thinning``, :func:`_lengthened`), so does the run on:
     ``t num_samples`` transitions a chain.
@@ -1658,70 +1658,86 @@ def _run(static: _Static, data: dict, sampling: tuple, key, init_scale: float, s
     return _draws(sites, sample_stats, report, (run[2], run[1])), chains, xi
 
 
-def _run_again(run: tuple, sampling: tuple, key, stats, shape: tuple) -> tuple:
+def _run_again(run: tuple, sampling: tuple, key, stats, loadings: Any, free: int) -> tuple:
     """Chains of ``_PILOT_MIN_DRAWS`` draws or more that fail the users' check run again: around a
     denser mode one of them reached (:func:`_recentred`), and where that does not make them pass, with
     a metric corrected by their own spread (:func:`_with_pilot_metric`).
 
     Shorter chains fail the check by their length, which another run of the same length does not
-    change. ``run`` is ``(draws, chains, xi)``; ``sampling`` as in :func:`_run`; ``shape`` is
-    ``(loadings, free)``: the resolved loadings prior and the columns within the noise
-    (:func:`_free_columns`). Returns ``(draws, chains)``.
+    change. ``run`` is ``(draws, chains, xi)``; ``sampling`` as in :func:`_run`; ``loadings`` the
+    resolved loadings prior; ``free`` the columns within the noise (:func:`_free_columns`). Returns
+    ``(draws, chains)``.
     """
     draws, chains, xi = run
     if xi.shape[1] < _PILOT_MIN_DRAWS or _chains_agree(draws, stats):
         return draws, chains
-    loadings, free = shape
     again = _recentred(run, sampling, jax.random.fold_in(key, 3), stats, free)
     if again is not run and _chains_agree(again[0], stats):
         return again[:2]
     return _with_pilot_metric(*again, sampling, jax.random.fold_in(key, 2), stats, loadings)
 
 
-# Chains run again around the mode that Newton reaches from their densest draw where its density is
-# this many nats or more above that of their centre (:func:`_recentred`).
+# Chains run again around the mode that Newton reaches from their densest draw where the mode's
+# Laplace mass is this many nats or more above that of their centre (:func:`_recentred`).
 _DENSER_BY = 1.0
 
 
 def _recentred(run: tuple, sampling: tuple, key, stats, free: int) -> tuple:
-    """Chains that failed the users' check run again around a denser mode that one of them reached.
+    """Chains that failed the users' check run again around a weightier mode that one of them reached.
 
     The chains start around the mode that Newton reaches from the ML point
-    (:func:`_best_mode`). The posterior can have another, denser one, made by
-    the prior and the volume where the likelihood has none, which chains
-    started in the first reach rarely. Breast cancer, standardised, FA
-    k = 18, seed 4 (one BLAS thread): two chains of four sat where the
+    (:func:`_best_mode`). The posterior can have another, weightier one,
+    made by the prior and the volume where the likelihood has none, which
+    chains started in the first reach rarely. Breast cancer, standardised,
+    FA k = 18, seed 4 (one BLAS thread): two chains of four sat where the
     symmetry features keep their own noise (``psi[8]`` about 0.29 of its
     variance) for about 250 draws, then crossed to where a factor takes them
     up (``psi[8]`` about 0.11), the other two there throughout: R-hat 1.53.
-    Newton from the chains' densest draw finds that mode, 4.4 nats above the
-    centre; run again around it, with its Laplace factor
-    (:func:`_laplace_at`), the chains passed the check. They are kept where
-    they pass or mix better (:func:`_better`). Not for the diagonal scales of
-    models too large for a Hessian. The mode
-    search runs in the chains' configuration (``chains.static``, the
-    refinement of precision decided at their centre) on the model's
-    arguments alone, as :func:`_best_mode`'s does (one compiled program for
-    both where the configurations agree). ``run`` is ``(draws, chains, xi)``, and
-    what this returns; ``sampling`` as in :func:`_run`; ``free`` as in
-    :func:`_localized_factor`.
+    Newton from the chains' densest draw finds that mode, 4.4 nats higher at
+    its peak and 29 nats weightier.
+    Where its Laplace mass, ``-U - log det(H) / 2`` (:func:`_log_mass`), is
+    ``_DENSER_BY`` nats or more above the centre's, the chains run again
+    (warm-up and draws) around it with its Laplace factor
+    (:func:`_laplace_at`), and are kept where they pass the check or mix
+    better (:func:`_better`); there they passed. The new run samples around
+    that mode: the mode the first chains left, of less mass, it seldom
+    reaches, as chains started there seldom left it. Not for chains whose
+    factor is a vector of scales (models too large for a Hessian, the
+    horseshoe with ``W`` free). The mode search runs on the model's
+    arguments alone, as :func:`_best_mode`'s does (one compiled program
+    where the configurations agree); precision is refined around the new
+    mode where it needs it (:func:`_refined_at_centre`). ``run`` is
+    ``(draws, chains, xi)``, and what this returns; ``sampling`` as in
+    :func:`_run`; ``free`` as in :func:`_localized_factor`.
     """
     draws, chains, xi = run
     static, centre, factor = chains.static, chains.data["centre"], chains.data["factor"]
     if isinstance(factor, np.ndarray) and factor.ndim == 1:
         return run
     lp = draws.sample_stats["lp"]
-    densest = xi[np.unravel_index(np.argmax(lp), lp.shape)]
+    densest = xi[np.unravel_index(np.nanargmax(lp), lp.shape)]
     model = {"kwargs": chains.data["kwargs"]}
     with serial_blas(0):  # as the Laplace factor's: the same draws on any number of cores
-        point = centre + np.asarray(_times(static, factor, jnp.asarray(densest[None])))[0]
-        mode, hessian = _mode(static, model, point)
-        potentials = _values_and_gradients(static, model, np.stack([mode, centre]))[0]
-        if not potentials[0] <= potentials[1] - _DENSER_BY:
+        mode, hessian = _mode(static, model, centre + np.asarray(_times(static, factor, densest[None]))[0])
+        masses = [_log_mass(static, model, x, h) for x, h in ((mode, hessian), (centre, None))]
+        if not masses[0] >= masses[1] + _DENSER_BY:
             return run
         data = {**chains.data, "centre": mode}
         data["factor"] = _laplace_at(static, data, mode, hessian, free)
-    return _better(run, _run(static, data, sampling, key, 1.0, None, _AGAIN + "a denser mode"), stats)
+    if not dict(static.options)["refine_precision"]:
+        static = _refined_at_centre(static, data)
+    return _better(run, _run(static, data, sampling, key, 1.0, None, _AGAIN + "a weightier mode"), stats)
+
+
+def _log_mass(static: _Static, data: dict, mode: np.ndarray, hessian: np.ndarray | None) -> float:
+    """The Laplace approximation's log mass of the posterior around ``mode``, ``-U - log det(H) / 2``
+    (``H`` the potential's Hessian there, computed where None); minus infinity where ``H`` is not
+    positive definite (a saddle, not a mode)."""
+    if hessian is None:
+        hessian = _hessian(static, data, mode)
+    sign, log_det = np.linalg.slogdet(hessian)
+    potential = _values_and_gradients(static, data, mode[None])[0][0]
+    return -float(potential) - 0.5 * float(log_det) if sign > 0 else -np.inf
 
 
 # The second run's metric is the Laplace one corrected along the eigen-directions of the first run's
@@ -1766,8 +1782,8 @@ _LONGEST = 4
 def _lengthened(draws: Draws, chains: Chains, short: Callable, progress_bar: bool | None) -> tuple:
     """Chains that still fail the users' check on R-hat or ESS alone run on, and keep every ``t``-th draw.
 
-    Where no remedy of the geometry made the chains pass (other charts,
-    :func:`_with_pilot_metric`), what is left is their length: R-hat
+    Where no remedy of the start or the geometry made the chains pass
+    (other charts, :func:`_run_again`), what is left is their length: R-hat
     below 1.01 on the 10-30 invariants at once takes a bulk ESS of about
     1,000 on each, and these chains mix at 370-520 in 2,000 draws
     (diabetes FA k = 5, R-hat 1.010-1.012). Each chain runs as many

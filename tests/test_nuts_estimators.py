@@ -559,10 +559,10 @@ def test_chains_that_reached_a_weightier_mode_run_again_around_it(monkeypatch):
     """Breast cancer, standardised, FA k = 5, its chains started from the ML point alone (the start
     that raises its Heywood case switched off): their centre is then a minor mode (psi_16 about 0.03),
     36 nats below the main one (psi_16 about 0.31), where the default fit's chains sit. Given that
-    first run with its densest draw put at the default fit's centre, the chains run again around the
-    mode Newton reaches from there: they pass the check, and the posterior mean of psi_16 is the
-    default fit's within 4 Monte Carlo standard errors. With the densest draw at the chains' own
-    centre nothing runs again. (At seeds 3 and 4 the chains so started split between the two modes
+    first run with one chain's densest draw put at the default fit's centre, the chains run again
+    around the mode Newton reaches from there: they pass the check, and the posterior mean of psi_16
+    is the default fit's within 4 Monte Carlo standard errors. With every chain's densest draw at
+    their own centre nothing runs again. (At seeds 3 and 4 the chains so started split between the two modes
     by themselves, and the fit runs again around the main one and passes.)"""
     import bayespca.inference.nuts as nuts
     from bayespca.convergence import ess_bulk
@@ -578,8 +578,9 @@ def test_chains_that_reached_a_weightier_mode_run_again_around_it(monkeypatch):
     draws, chains, xi = run
 
     def with_densest(point):
+        """The run with each chain's densest draw at the centre (``xi = 0``), chain 1's at ``point``."""
         lp, moved = draws.sample_stats["lp"].copy(), xi.copy()
-        lp[1, 7], moved[1, 7] = lp.max() + 1.0, point
+        lp[:, 7], moved[:, 7], moved[1, 7] = lp.max() + 1.0, 0.0, point
         return dataclasses.replace(draws, sample_stats={**draws.sample_stats, "lp": lp}), chains, moved
 
     assert nuts._recentred(with_densest(np.zeros(xi.shape[-1])), sampling, key, stats, free)[1] is chains

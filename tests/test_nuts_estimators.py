@@ -1,6 +1,7 @@
 """PPCA / FactorAnalysis with method="nuts": point estimates, latent draws, ArviZ output."""
 
 import dataclasses
+import functools
 import types
 import warnings
 
@@ -555,26 +556,48 @@ def test_heywood_fit_does_not_trap_chains_in_a_minor_mode(scaling):
         assert float(az.rhat(series)) < 1.05
 
 
-def test_chains_that_reached_a_weightier_mode_run_again_around_it(monkeypatch):
-    """Breast cancer, standardised, FA k = 5, its chains started from the ML point alone (the start
-    that raises its Heywood case switched off): their centre is then a minor mode (psi_16 about 0.03),
-    36 nats below the main one (psi_16 about 0.31), where the default fit's chains sit. Given that
-    first run with one chain's densest draw put at the default fit's centre, the chains run again
-    around the mode Newton reaches from there: they pass the check, and the posterior mean of psi_16
-    is the default fit's within 4 Monte Carlo standard errors. With every chain's densest draw at
-    their own centre nothing runs again. (At seeds 3 and 4 the chains so started split between the two modes
-    by themselves, and the fit runs again around the main one and passes.)"""
+@functools.cache
+def _minor_mode_runs() -> tuple:
+    """Breast cancer, standardised, FA k = 5: the default fit's first run, and that of a fit whose
+    chains start from the ML point alone (the start that raises its Heywood case switched off); their
+    centre is then a minor mode (psi_16 about 0.03), 36 nats below the main one (psi_16 about 0.31),
+    where the default fit's chains sit. Each run is ``(draws, chains, xi)`` and what ``_run_again``
+    gets with it, ``(sampling, key, stats, loadings, free)``; with the second, the checks it runs on
+    by (``_run_on``'s ``(stats, free, short)``)."""
     import bayespca.inference.nuts as nuts
-    from bayespca.convergence import ess_bulk
 
     X = load_breast_cancer().data
     X = (X - X.mean(0)) / X.std(0)
-    runs = []
-    monkeypatch.setattr(nuts, "_run_again", lambda run, *rest: runs.append((run, rest)) or run[:2])
-    FactorAnalysis(5, method="nuts", random_state=0, progress_bar=False).fit(X)
-    monkeypatch.setattr(nuts, "_raised_noise", lambda *args: None)
-    FactorAnalysis(5, method="nuts", random_state=0, progress_bar=False).fit(X)
-    (reference, _), (run, (sampling, key, stats, _, free)) = runs
+    runs, checks = [], []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(nuts, "_run_again", lambda run, *rest: runs.append((run, rest)) or run[:2])
+        patch.setattr(nuts, "_run_on", lambda run, sampling, key, ch, bar: checks.append(ch) or run)
+        FactorAnalysis(5, method="nuts", random_state=0, progress_bar=False).fit(X)
+        patch.setattr(nuts, "_raised_noise", lambda *args: None)
+        FactorAnalysis(5, method="nuts", random_state=0, progress_bar=False).fit(X)
+    return runs[0], runs[1], checks[1]
+
+
+def _psi_16_as_the_default_fit_s(draws, reference) -> bool:
+    """Whether the posterior mean of psi_16 of ``draws`` is the default fit's (``reference``, in the
+    main mode) within 4 Monte Carlo standard errors."""
+    from bayespca.convergence import ess_bulk
+
+    psi = [d.noise[..., 16] for d in (reference, draws)]
+    se = [p.std() / np.sqrt(ess_bulk(p[None])[0]) for p in psi]
+    return 0.2 < psi[0].mean() and abs(psi[1].mean() - psi[0].mean()) < 4 * np.hypot(*se)
+
+
+def test_chains_that_reached_a_weightier_mode_run_again_around_it(monkeypatch):
+    """Given the first run of chains centred at a minor mode (``_minor_mode_runs``) with one chain's
+    densest draw put at the default fit's centre, the chains run again around the mode Newton reaches
+    from there: they pass the check, and the posterior mean of psi_16 is the default fit's within 4
+    Monte Carlo standard errors. With every chain's densest draw at their own centre nothing runs
+    again. (At seeds 3 and 4 the chains so started split between the two modes by themselves, and the
+    fit runs again around the main one and passes.)"""
+    import bayespca.inference.nuts as nuts
+
+    (reference, _), (run, (sampling, key, stats, _, free)), _ = _minor_mode_runs()
     draws, chains, xi = run
 
     def with_densest(point):
@@ -583,13 +606,46 @@ def test_chains_that_reached_a_weightier_mode_run_again_around_it(monkeypatch):
         lp[:, 7], moved[:, 7], moved[1, 7] = lp.max() + 1.0, 0.0, point
         return dataclasses.replace(draws, sample_stats={**draws.sample_stats, "lp": lp}), chains, moved
 
-    assert nuts._recentred(with_densest(np.zeros(xi.shape[-1])), sampling, key, stats, free)[1] is chains
+    monkeypatch.setattr(nuts, "_with_pilot_metric", lambda d, c, *rest: (d, c))
+    centre = np.zeros(xi.shape[-1])
+    assert nuts._run_again(with_densest(centre), sampling, key, stats, None, free)[1] is chains
     main = np.linalg.solve(chains.data["factor"], reference[1].data["centre"] - chains.data["centre"])
-    again, other, _ = nuts._recentred(with_densest(main), sampling, key, stats, free)
+    again, other = nuts._run_again(with_densest(main), sampling, key, stats, None, free)
     assert other is not chains and nuts._chains_agree(again, stats)
-    psi = [d.noise[..., 16] for d in (reference[0], again)]
-    se = [p.std() / np.sqrt(ess_bulk(p[None])[0]) for p in psi]
-    assert 0.2 < psi[0].mean() and abs(psi[1].mean() - psi[0].mean()) < 4 * np.hypot(*se)
+    assert _psi_16_as_the_default_fit_s(again, reference[0])
+
+
+def test_chains_that_reached_a_weightier_mode_while_running_on_run_again_around_it(monkeypatch):
+    """Chains that ran on and still fail the check run again around the weightiest mode that Newton
+    reaches from where they stopped, and that run runs on in turn (breast cancer raw FA k = 18, seed
+    1: one chain crossed to the weightier mode while running on). Here the chains of
+    ``_minor_mode_runs`` stand as if they had run on, chain 1 at the default fit's centre: the new run
+    passes the check with the default fit's psi_16. Stopped all at their own centre, or not run on,
+    nothing runs again."""
+    import bayespca.inference.nuts as nuts
+
+    (reference, _), (run, (sampling, key, *_)), checks = _minor_mode_runs()
+    draws, chains, xi = run
+    lengthened = []
+    monkeypatch.setattr(nuts, "_lengthened", lambda d, c, *rest: lengthened.append(c) or (d, c))
+    ran_on = dataclasses.replace(draws, thinning=2)
+    assert checks[2](ran_on) > 1  # failing the check: two chains of four in the main mode
+
+    def stopped_at(point):
+        """The chains stopped at their centre (``xi = 0``), chain 1 at ``point``."""
+        states = [s._replace(z=np.zeros_like(s.z)) for s in chains.states]
+        states[1] = states[1]._replace(z=point)
+        return dataclasses.replace(chains, states=states)
+
+    centre = np.zeros(xi.shape[-1])
+    for d, c in ((ran_on, stopped_at(centre)), (draws, stopped_at(xi[1, -1]))):
+        assert nuts._run_on((d, c), sampling, key, checks, False)[1] is lengthened[-1]
+    main = np.linalg.solve(chains.data["factor"], reference[1].data["centre"] - chains.data["centre"])
+    again, other = nuts._run_on((ran_on, stopped_at(main)), sampling, key, checks, False)
+    assert len(lengthened) == 4 and other is lengthened[-1]
+    assert other.data["centre"] is not chains.data["centre"]
+    assert again.thinning == 1 and nuts._chains_agree(again, checks[0])
+    assert _psi_16_as_the_default_fit_s(again, reference[0])
 
 
 def test_factor_analysis_posterior_follows_each_feature_s_units():
@@ -728,13 +784,13 @@ def test_chains_that_still_fail_the_check_run_on_and_keep_every_t_th_draw(monkey
 
     X = load_iris().data
     base = {"method": "nuts", "num_warmup": 100, "num_chains": 2, "random_state": 5, "progress_bar": False}
-    verdicts = iter([2.0, 2.0, 1.0])
+    verdicts = iter([2.0, 2.0, 1.0, 1.0])
     monkeypatch.setattr(nuts, "_run_again", lambda run, *rest: run[:2])
     monkeypatch.setattr(nuts, "_shortfall", lambda draws, stats, units: next(verdicts))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SamplingWarning)
         run_on = PPCA(2, num_samples=400, **base).fit(X)
-        assert next(verdicts, "used") == "used"  # the check was asked three times
+        assert next(verdicts, "used") == "used"  # asked three times, and once more after running on
         first = _posterior_arrays(run_on)
         run_on.sample_more(100)
         monkeypatch.setattr(nuts, "_shortfall", lambda draws, stats, units: 1.0)

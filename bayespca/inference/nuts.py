@@ -1354,9 +1354,10 @@ def fit_nuts(
         again = jax.random.fold_in(key, 1)
         cartesian = _run(static, data, sampling, again, init_scale, search, _AGAIN + "Cartesian column")
         draws, chains, xi = _better((draws, chains, xi), cartesian, stats)
-    draws, chains = _run_again((draws, chains, xi), sampling, key, stats, loadings, _free_columns(ml, n))
+    free = _free_columns(ml, n)
+    draws, chains = _run_again((draws, chains, xi), sampling, key, stats, loadings, free)
     short = functools.partial(_shortfall, stats=stats, units=units)
-    draws, chains = _lengthened(draws, replace(chains, report=sampling[1]), short, progress_bar)
+    draws, chains = _run_on((draws, chains), sampling, key, (stats, free, short), progress_bar)
     if units is not None:
         draws = draws.to_data_units(units)
     chains = replace(chains, units=units, stats=working_stats, prepared=prepared, spec=spec)
@@ -1505,7 +1506,7 @@ def _with_potential(static: _Static, data: dict, states: Any) -> Any:
     recomputes it (wine, pPCA k = 3, refit on 120 of 178 rows: acceptance 0).
     """
     batched = not isinstance(states, list)
-    info = _param_info(static, data, np.asarray(states.z if batched else [s.z for s in states]))
+    info = _param_info(static, data, _positions(states))
 
     def moved(state, potential, gradient):
         energy = state.energy - state.potential_energy + potential
@@ -1514,6 +1515,12 @@ def _with_potential(static: _Static, data: dict, states: Any) -> Any:
     if batched:
         return moved(states, info.potential_energy, info.z_grad)
     return [moved(s, info.potential_energy[c], info.z_grad[c]) for c, s in enumerate(states)]
+
+
+def _positions(states: Any) -> np.ndarray:
+    """The whitened points ``xi`` (chain, p) where the chains' ``states`` stand (a list of states, or one
+    batched state)."""
+    return np.asarray([s.z for s in states] if isinstance(states, list) else states.z)
 
 
 def _whitened_again(chains: Chains, kwargs: dict, n: int) -> tuple:
@@ -1551,7 +1558,7 @@ def _transitions(chains: Chains, data: dict, lengths: tuple, progress_bar: bool 
     site where it is set (:func:`sample_model`), else the Gaussian models' (:func:`_draws`)."""
     release_compiled_programs()
     skip, count, thinning = (*lengths, 1)[:3]
-    num_chains = len(chains.states) if isinstance(chains.states, list) else chains.states.z.shape[0]
+    num_chains = len(_positions(chains.states))
     chunks = -(-(skip + thinning * count) // _CHUNK)
     bar = _progress(num_chains * chunks * _CHUNK, progress_bar, label)
     static = chains.static
@@ -1660,8 +1667,9 @@ def _run(static: _Static, data: dict, sampling: tuple, key, init_scale: float, s
 
 def _run_again(run: tuple, sampling: tuple, key, stats, loadings: Any, free: int) -> tuple:
     """Chains of ``_PILOT_MIN_DRAWS`` draws or more that fail the users' check run again: around a
-    denser mode one of them reached (:func:`_recentred`), and where that does not make them pass, with
-    a metric corrected by their own spread (:func:`_with_pilot_metric`).
+    weightier mode one of them reached (:func:`_recentred`, Newton from each chain's densest draw),
+    and where that does not make them pass, with a metric corrected by their own spread
+    (:func:`_with_pilot_metric`).
 
     Shorter chains fail the check by their length, which another run of the same length does not
     change. ``run`` is ``(draws, chains, xi)``; ``sampling`` as in :func:`_run`; ``loadings`` the
@@ -1671,18 +1679,20 @@ def _run_again(run: tuple, sampling: tuple, key, stats, loadings: Any, free: int
     draws, chains, xi = run
     if xi.shape[1] < _PILOT_MIN_DRAWS or _chains_agree(draws, stats):
         return draws, chains
-    again = _recentred(run, sampling, jax.random.fold_in(key, 3), stats, free)
+    lp = np.nan_to_num(draws.sample_stats["lp"], nan=-np.inf)
+    densest = xi[np.arange(len(lp)), np.argmax(lp, axis=1)]
+    again = _recentred(run, sampling, jax.random.fold_in(key, 3), stats, free, densest)
     if again is not run and _chains_agree(again[0], stats):
         return again[:2]
     return _with_pilot_metric(*again, sampling, jax.random.fold_in(key, 2), stats, loadings)
 
 
-# Chains run again around the mode that Newton reaches from one of their densest draws where the mode's
+# Chains run again around the mode that Newton reaches from one of their points where the mode's
 # Laplace mass is this many nats or more above that of their centre (:func:`_recentred`).
 _DENSER_BY = 1.0
 
 
-def _recentred(run: tuple, sampling: tuple, key, stats, free: int) -> tuple:
+def _recentred(run: tuple, sampling: tuple, key, stats, free: int, starts: np.ndarray) -> tuple:
     """Chains that failed the users' check run again around a weightier mode that one of them reached.
 
     The chains start around the mode that Newton reaches from the ML point
@@ -1693,7 +1703,7 @@ def _recentred(run: tuple, sampling: tuple, key, stats, free: int) -> tuple:
     symmetry features keep their own noise (``psi[8]`` about 0.29 of its
     variance) for about 250 draws, then crossed to where a factor takes them
     up (``psi[8]`` about 0.11), the other two there throughout: R-hat 1.53.
-    Newton from the chains' densest draws (each chain's) finds that mode,
+    Newton from the chains' densest draws (each chain's: ``starts``) finds that mode,
     4.4 nats higher at its peak and 29 nats weightier. Where the weightiest
     mode so found has a Laplace mass, ``-U - log det(H) / 2``
     (:func:`_log_mass`), ``_DENSER_BY`` nats or more above the centre's
@@ -1710,17 +1720,16 @@ def _recentred(run: tuple, sampling: tuple, key, stats, free: int) -> tuple:
     where the configurations agree); precision is refined around the new
     mode where it needs it (:func:`_refined_at_centre`). ``run`` is
     ``(draws, chains, xi)``, and what this returns; ``sampling`` as in
-    :func:`_run`; ``free`` as in :func:`_localized_factor`.
+    :func:`_run`; ``free`` as in :func:`_localized_factor`; ``starts``
+    (chain, p) the whitened points Newton starts from.
     """
-    draws, chains, xi = run
+    chains = run[1]
     static, centre, factor = chains.static, chains.data["centre"], chains.data["factor"]
     if isinstance(factor, np.ndarray) and factor.ndim == 1:
         return run
-    lp = np.nan_to_num(draws.sample_stats["lp"], nan=-np.inf)
-    densest = xi[np.arange(len(lp)), np.argmax(lp, axis=1)]
     model = {"kwargs": chains.data["kwargs"]}
     with serial_blas(0):  # as the Laplace factor's: the same draws on any number of cores
-        modes = [_mode(static, model, x) for x in centre + np.asarray(_times(static, factor, densest))]
+        modes = [_mode(static, model, x) for x in centre + np.asarray(_times(static, factor, starts))]
         masses = [_log_mass(static, model, x, h) for x, h in modes]
         mode, hessian = modes[int(np.argmax(masses))]
         if not max(masses) >= _log_mass(static, model, centre, None) + _DENSER_BY:
@@ -1778,6 +1787,35 @@ def _with_pilot_metric(draws: Draws, chains: Chains, xi: np.ndarray, sampling: t
     return draws, chains
 
 
+def _run_on(run: tuple, sampling: tuple, key, checks: tuple, progress_bar: bool | None) -> tuple:
+    """Chains that fail the users' check run on (:func:`_lengthened`); where they still fail after
+    running on, they run again around a weightier mode that one of them reached meanwhile, and that
+    run runs on in turn.
+
+    Running on, a chain can cross to a mode that none of the first draws
+    was in: breast cancer, raw, FA k = 18, seed 1 (one BLAS thread, on one
+    machine) failed the check by its length alone after the first run
+    (shortfall 1.09, the four chains where ``psi[8]`` is about 0.29 of its
+    variance), and while running on one chain moved to another mode of the
+    symmetry features' noise (its mean of ``psi[8]`` 0.26), R-hat 1.21.
+    Where Newton from where the chains stopped reaches a mode weightier
+    than their centre, as at standardised seeds 3 and 4 from their draws
+    (:func:`_recentred`), the chains run again around it. ``run``
+    is ``(draws, chains)``; ``sampling`` as in :func:`_run`; ``checks`` is
+    ``(stats, free, short)``: the statistics of :func:`_chains_agree`, the
+    columns of :func:`_localized_factor`, the draws' shortfall of :func:`_lengthened`.
+    """
+    stats, free, short = checks
+    draws, chains = _lengthened(run[0], replace(run[1], report=sampling[1]), short, progress_bar)
+    if draws.thinning == 1 or not short(draws) > 1:
+        return draws, chains
+    ran = (draws, chains, None)
+    again = _recentred(ran, sampling, jax.random.fold_in(key, 4), stats, free, _positions(chains.states))
+    if again is ran:
+        return draws, chains
+    return _lengthened(again[0], replace(again[1], report=sampling[1]), short, progress_bar)
+
+
 # At most this many transitions a draw kept (:func:`_lengthened`).
 _LONGEST = 4
 
@@ -1801,7 +1839,8 @@ def _lengthened(draws: Draws, chains: Chains, short: Callable, progress_bar: boo
     reach the check (:func:`_worth_running_on`), and they stop where the
     joined chains fall out of that reach (breast cancer raw FA k = 18,
     seed 1: a chain found another mode of ``psi[8]`` while running on,
-    R-hat 1.49). ``short`` gives the draws' :func:`bayespca.posterior.shortfall`
+    R-hat 1.49; :func:`_run_on` then looks for a weightier mode).
+    ``short`` gives the draws' :func:`bayespca.posterior.shortfall`
     (:func:`_shortfall` for the Gaussian models); ``(draws, chains)``.
     """
     diverging = draws.sample_stats["diverging"]

@@ -1345,8 +1345,8 @@ def fit_nuts(
             # W's own coordinates have no singularity; draws reported in the same orientation.
             search, static, init_scale = _preconditioned(noise, (k, None), "none", loadings, data, start)
             again, label = jax.random.fold_in(key, 1), _AGAIN + "W's coordinates"
-            free = _run(static, data, sampling, again, init_scale, search, label)
-            draws, chains, xi = _better((draws, chains, xi), free, stats)
+            in_w = _run(static, data, sampling, again, init_scale, search, label)
+            draws, chains, xi = _better((draws, chains, xi), in_w, stats)
     elif _last_scale_stuck(draws, identification, noise, k, loadings, reparam):
         # Unpadded (the chart needs the last column active): a padded fit compiles a sampler of its own.
         data["kwargs"]["last_column_scale"] = _last_scale(start_point)
@@ -1558,7 +1558,7 @@ def _transitions(chains: Chains, data: dict, lengths: tuple, progress_bar: bool 
     site where it is set (:func:`sample_model`), else the Gaussian models' (:func:`_draws`)."""
     release_compiled_programs()
     skip, count, thinning = (*lengths, 1)[:3]
-    num_chains = len(_positions(chains.states))
+    num_chains = len(chains.states) if isinstance(chains.states, list) else chains.states.z.shape[0]
     chunks = -(-(skip + thinning * count) // _CHUNK)
     bar = _progress(num_chains * chunks * _CHUNK, progress_bar, label)
     static = chains.static
@@ -1688,8 +1688,9 @@ def _run_again(run: tuple, sampling: tuple, key, stats, loadings: Any, free: int
 
 
 # Chains run again around the mode that Newton reaches from one of their points where the mode's
-# Laplace mass is this many nats or more above that of their centre (:func:`_recentred`).
-_DENSER_BY = 1.0
+# Laplace mass is this many nats or more above that of the mode Newton reaches from their centre
+# (:func:`_recentred`).
+_WEIGHTIER_BY = 1.0
 
 
 def _recentred(run: tuple, sampling: tuple, key, stats, free: int, starts: np.ndarray) -> tuple:
@@ -1703,15 +1704,18 @@ def _recentred(run: tuple, sampling: tuple, key, stats, free: int, starts: np.nd
     symmetry features keep their own noise (``psi[8]`` about 0.29 of its
     variance) for about 250 draws, then crossed to where a factor takes them
     up (``psi[8]`` about 0.11), the other two there throughout: R-hat 1.53.
-    Newton from the chains' densest draws (each chain's: ``starts``) finds that mode,
-    4.4 nats higher at its peak and 29 nats weightier. Where the weightiest
-    mode so found has a Laplace mass, ``-U - log det(H) / 2``
-    (:func:`_log_mass`), ``_DENSER_BY`` nats or more above the centre's
-    (at seed 3 the densest draw of all led to a mode of 91 nats less mass
-    than the centre's), the chains run again
+    Newton from the chains' densest draws (each chain's: ``starts``) finds
+    that mode, 4.4 nats higher at its peak and 29 nats weightier. Where the
+    weightiest mode so found has a Laplace mass, ``-U - log det(H) / 2``
+    (:func:`_log_mass`), ``_WEIGHTIER_BY`` nats or more above that of the
+    mode Newton reaches from the chains' centre (the centre itself where a
+    Laplace fit whitens the chains; the draws' mean of
+    :func:`_with_pilot_metric` can be a saddle), the chains run again
     (warm-up and draws) around it with its Laplace factor
     (:func:`_laplace_at`), and are kept where they pass the check or mix
-    better (:func:`_better`); there they passed. The new run samples around
+    better (:func:`_better`); there they passed, and so at seed 3, where the
+    densest draw of all led to a mode of 91 nats less mass than the
+    centre's and another chain's to the weightiest. The new run samples around
     that mode: the mode the first chains left, of less mass, it seldom
     reaches, as chains started there seldom left it. Not for chains whose
     factor is a vector of scales (models too large for a Hessian, the
@@ -1732,7 +1736,7 @@ def _recentred(run: tuple, sampling: tuple, key, stats, free: int, starts: np.nd
         modes = [_mode(static, model, x) for x in centre + np.asarray(_times(static, factor, starts))]
         masses = [_log_mass(static, model, x, h) for x, h in modes]
         mode, hessian = modes[int(np.argmax(masses))]
-        if not max(masses) >= _log_mass(static, model, centre, None) + _DENSER_BY:
+        if not max(masses) >= _log_mass(static, model, *_mode(static, model, centre)) + _WEIGHTIER_BY:
             return run
         data = {**chains.data, "centre": mode}
         data["factor"] = _laplace_at(static, data, mode, hessian, free)
@@ -1741,12 +1745,10 @@ def _recentred(run: tuple, sampling: tuple, key, stats, free: int, starts: np.nd
     return _better(run, _run(static, data, sampling, key, 1.0, None, _AGAIN + "a weightier mode"), stats)
 
 
-def _log_mass(static: _Static, data: dict, mode: np.ndarray, hessian: np.ndarray | None) -> float:
+def _log_mass(static: _Static, data: dict, mode: np.ndarray, hessian: np.ndarray) -> float:
     """The Laplace approximation's log mass of the posterior around ``mode``, ``-U - log det(H) / 2``
-    (``H`` the potential's Hessian there, computed where None); minus infinity where ``H`` is not
-    positive definite (a saddle, not a mode)."""
-    if hessian is None:
-        hessian = _hessian(static, data, mode)
+    (``H`` the potential's Hessian there); minus infinity where ``H`` is not positive definite (a
+    saddle, not a mode)."""
     sign, log_det = np.linalg.slogdet(hessian)
     potential = _values_and_gradients(static, data, mode[None])[0][0]
     return -float(potential) - 0.5 * float(log_det) if sign > 0 else -np.inf
@@ -1794,13 +1796,14 @@ def _run_on(run: tuple, sampling: tuple, key, checks: tuple, progress_bar: bool 
 
     Running on, a chain can cross to a mode that none of the first draws
     was in: breast cancer, raw, FA k = 18, seed 1 (one BLAS thread, on one
-    machine) failed the check by its length alone after the first run
-    (shortfall 1.09, the four chains where ``psi[8]`` is about 0.29 of its
-    variance), and while running on one chain moved to another mode of the
-    symmetry features' noise (its mean of ``psi[8]`` 0.26), R-hat 1.21.
-    Where Newton from where the chains stopped reaches a mode weightier
-    than their centre, as at standardised seeds 3 and 4 from their draws
-    (:func:`_recentred`), the chains run again around it. ``run``
+    machine) failed the check by its length alone after the first run (ESS
+    379, shortfall 1.06, the four chains where ``psi[8]`` is about 0.29 of
+    its variance), and while running on one chain moved to another mode of
+    the symmetry features' noise (its mean of ``psi[8]`` 0.26): R-hat 1.21
+    when it stopped. So chains that still fail after running on (out of
+    reach, or at ``_LONGEST`` transitions a draw) run Newton from where each
+    chain stopped, and where that reaches a mode weightier than the one
+    they were centred at, they run again around it (:func:`_recentred`). ``run``
     is ``(draws, chains)``; ``sampling`` as in :func:`_run`; ``checks`` is
     ``(stats, free, short)``: the statistics of :func:`_chains_agree`, the
     columns of :func:`_localized_factor`, the draws' shortfall of :func:`_lengthened`.

@@ -380,7 +380,7 @@ def _recorded_runs(monkeypatch, failing_checks: float = 1, keep: bool = True) ->
     monkeypatch.setattr(nuts, "_chains_agree", failing_once)
     monkeypatch.setattr(nuts, "_mixes_better", lambda new, old, stats: keep)
     monkeypatch.setattr(nuts, "_lengthened", lambda draws, chains, *rest: (draws, chains))
-    monkeypatch.setattr(nuts, "_recentred", lambda run, *rest: run)
+    monkeypatch.setattr(nuts, "_recentred", lambda *args: None)
     return runs
 
 
@@ -639,13 +639,24 @@ def test_chains_that_reached_a_weightier_mode_while_running_on_run_again_around_
     ``_minor_mode_runs`` stand as if they had run on, failing the check, chain 1 stopped at the default
     fit's centre: the new run passes the check with the default fit's psi_16, and runs on by the same
     rule. No run follows where the chains stopped all at their own centre, where they had not run on,
-    or where they passed after running on."""
+    or where they passed after running on. The new run is judged once it has run on: its first draws
+    are made to fail the check with fewer effective draws than the old ones (as draws of one run
+    against draws thinned from more transitions can), and the fit keeps it."""
     import bayespca.inference.nuts as nuts
 
     (reference, _), (run, (sampling, key, stats, _, free)) = _minor_mode_runs()
     draws, chains, xi = run
     lengthened, runs = [], _spied_runs(monkeypatch)
-    monkeypatch.setattr(nuts, "_lengthened", lambda d, c, *rest: lengthened.append(c) or (d, c))
+
+    def run_on(d, c, *rest):
+        """Only the new run's draws change: to the same draws, marked as run on."""
+        lengthened.append(c)
+        return (dataclasses.replace(d, thinning=2) if runs and d is runs[-1][0] else d), c
+
+    agree = nuts._chains_agree
+    monkeypatch.setattr(nuts, "_lengthened", run_on)
+    monkeypatch.setattr(nuts, "_chains_agree", lambda d, s: d.thinning > 1 and agree(d, s))
+    monkeypatch.setattr(nuts, "_smallest_ess", lambda d, s: float(d.thinning))
     ran_on = dataclasses.replace(draws, thinning=2)
     failing, passing = (stats, free, lambda d: 2.0), (stats, free, lambda d: 0.5)
 
@@ -662,7 +673,7 @@ def test_chains_that_reached_a_weightier_mode_while_running_on_run_again_around_
     assert not runs and len(lengthened) == 3
     again, other = nuts._run_on((ran_on, at_main), sampling, key, failing, False)
     assert len(runs) == 1 and len(lengthened) == 5 and other is lengthened[-1]
-    assert other.report is sampling[1] and nuts._chains_agree(again, stats)
+    assert other.report is sampling[1] and again.thinning == 2 and agree(again, stats)
     assert _psi_16_as_the_default_fit_s(again, reference[0])
 
 

@@ -1644,8 +1644,9 @@ def _last_scale(g: LowRankGaussian) -> np.float64:
 
 def _better(run: tuple, other: tuple, stats: Any) -> tuple:
     """``other`` where its draws mix better than ``run``'s (:func:`_mixes_better`), else ``run``; each is
-    ``(draws, chains, xi)``. A second run's chart or coordinates can mix worse: breast cancer
-    standardised FA k = 18, seed 0, polar R-hat 1.013 and ESS 440, in ``W``'s coordinates 2.03 and 5."""
+    ``(draws, chains, xi)`` or ``(draws, chains)``. A second run's chart or coordinates can mix worse:
+    breast cancer standardised FA k = 18, seed 0, polar R-hat 1.013 and ESS 440, in ``W``'s coordinates
+    2.03 and 5."""
     return other if _mixes_better(other[0], run[0], stats) else run
 
 
@@ -1681,7 +1682,8 @@ def _run_again(run: tuple, sampling: tuple, key, stats, loadings: Any, free: int
         return draws, chains
     lp = np.nan_to_num(draws.sample_stats["lp"], nan=-np.inf)
     densest = xi[np.arange(len(lp)), np.argmax(lp, axis=1)]
-    again = _recentred(run, sampling, jax.random.fold_in(key, 3), stats, free, densest)
+    fresh = _recentred(chains, sampling, jax.random.fold_in(key, 3), free, densest)
+    again = run if fresh is None else _better(run, fresh, stats)
     if again is not run and _chains_agree(again[0], stats):
         return again[:2]
     return _with_pilot_metric(*again, sampling, jax.random.fold_in(key, 2), stats, loadings)
@@ -1693,7 +1695,7 @@ def _run_again(run: tuple, sampling: tuple, key, stats, loadings: Any, free: int
 _WEIGHTIER_BY = 1.0
 
 
-def _recentred(run: tuple, sampling: tuple, key, stats, free: int, starts: np.ndarray) -> tuple:
+def _recentred(chains: Chains, sampling: tuple, key, free: int, starts: np.ndarray) -> tuple | None:
     """Chains that failed the users' check run again around a weightier mode that one of them reached.
 
     The chains start around the mode that Newton reaches from the ML point
@@ -1712,8 +1714,8 @@ def _recentred(run: tuple, sampling: tuple, key, stats, free: int, starts: np.nd
     Laplace fit whitens the chains; the draws' mean of
     :func:`_with_pilot_metric` can be a saddle), the chains run again
     (warm-up and draws) around it with its Laplace factor
-    (:func:`_laplace_at`), and are kept where they pass the check or mix
-    better (:func:`_better`); there they passed, and so at seed 3, where the
+    (:func:`_laplace_at`); the callers keep that run where it passes the
+    check or mixes better (:func:`_better`); there it passed, and so at seed 3, where the
     densest draw of all led to a mode of 91 nats less mass than the
     centre's and another chain's to the weightiest. The new run samples around
     that mode: the mode the first chains left, of less mass, it seldom
@@ -1722,27 +1724,27 @@ def _recentred(run: tuple, sampling: tuple, key, stats, free: int, starts: np.nd
     horseshoe with ``W`` free). The mode search runs on the model's
     arguments alone, as :func:`_best_mode`'s does (one compiled program
     where the configurations agree); precision is refined around the new
-    mode where it needs it (:func:`_refined_at_centre`). ``run`` is
-    ``(draws, chains, xi)``, and what this returns; ``sampling`` as in
-    :func:`_run`; ``free`` as in :func:`_localized_factor`; ``starts``
-    (chain, p) the whitened points Newton starts from.
+    mode where it needs it (:func:`_refined_at_centre`). ``chains`` are
+    the :class:`Chains` that failed; ``sampling`` as in :func:`_run`;
+    ``free`` as in :func:`_localized_factor`; ``starts`` (chain, p) the
+    whitened points Newton starts from. Returns the new run ``(draws,
+    chains, xi)``, or None where no weightier mode was reached.
     """
-    chains = run[1]
     static, centre, factor = chains.static, chains.data["centre"], chains.data["factor"]
     if isinstance(factor, np.ndarray) and factor.ndim == 1:
-        return run
+        return None
     model = {"kwargs": chains.data["kwargs"]}
     with serial_blas(0):  # as the Laplace factor's: the same draws on any number of cores
         modes = [_mode(static, model, x) for x in centre + np.asarray(_times(static, factor, starts))]
         masses = [_log_mass(static, model, x, h) for x, h in modes]
         mode, hessian = modes[int(np.argmax(masses))]
         if not max(masses) >= _log_mass(static, model, *_mode(static, model, centre)) + _WEIGHTIER_BY:
-            return run
+            return None
         data = {**chains.data, "centre": mode}
         data["factor"] = _laplace_at(static, data, mode, hessian, free)
     if not dict(static.options)["refine_precision"]:
         static = _refined_at_centre(static, data)
-    return _better(run, _run(static, data, sampling, key, 1.0, None, _AGAIN + "a weightier mode"), stats)
+    return _run(static, data, sampling, key, 1.0, None, _AGAIN + "a weightier mode")
 
 
 def _log_mass(static: _Static, data: dict, mode: np.ndarray, hessian: np.ndarray) -> float:
@@ -1791,8 +1793,8 @@ def _with_pilot_metric(draws: Draws, chains: Chains, xi: np.ndarray, sampling: t
 
 def _run_on(run: tuple, sampling: tuple, key, checks: tuple, progress_bar: bool | None) -> tuple:
     """Chains that fail the users' check run on (:func:`_lengthened`); where they still fail after
-    running on, they run again around a weightier mode that one of them reached meanwhile, and that
-    run runs on in turn.
+    running on, they run again around a weightier mode that one of them reached meanwhile, that run
+    runs on in turn, and the fit keeps it where it then passes the check or mixes better (:func:`_better`).
 
     Running on, a chain can cross to a mode that none of the first draws
     was in: breast cancer, raw, FA k = 18, seed 1 (one BLAS thread, on one
@@ -1812,11 +1814,13 @@ def _run_on(run: tuple, sampling: tuple, key, checks: tuple, progress_bar: bool 
     draws, chains = _lengthened(run[0], replace(run[1], report=sampling[1]), short, progress_bar)
     if draws.thinning == 1 or not short(draws) > 1:
         return draws, chains
-    ran = (draws, chains, None)
-    again = _recentred(ran, sampling, jax.random.fold_in(key, 4), stats, free, _positions(chains.states))
-    if again is ran:
+    fresh = _recentred(chains, sampling, jax.random.fold_in(key, 4), free, _positions(chains.states))
+    if fresh is None:
         return draws, chains
-    return _lengthened(again[0], replace(again[1], report=sampling[1]), short, progress_bar)
+    # Compared once the new run has run on too: its first draws against the old ones thinned from up to
+    # _LONGEST times as many transitions would favour the old run.
+    fresh = _lengthened(fresh[0], replace(fresh[1], report=sampling[1]), short, progress_bar)
+    return _better((draws, chains), fresh, stats)
 
 
 # At most this many transitions a draw kept (:func:`_lengthened`).

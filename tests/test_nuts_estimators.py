@@ -378,7 +378,7 @@ def _recorded_runs(monkeypatch, failing_checks: float = 1, keep: bool = True) ->
         return len(checks) > failing_checks and real_agree(*args)
 
     monkeypatch.setattr(nuts, "_chains_agree", failing_once)
-    monkeypatch.setattr(nuts, "_mixes_better", lambda new, old, stats: keep)
+    monkeypatch.setattr(nuts, "_mixes_better", lambda new, old, check: keep)
     monkeypatch.setattr(nuts, "_lengthened", lambda draws, chains, *rest: (draws, chains))
     monkeypatch.setattr(nuts, "_recentred", lambda *args: None)
     return runs
@@ -526,11 +526,17 @@ def test_fa_keeps_the_polar_run_where_ws_own_coordinates_mix_worse(monkeypatch, 
     only where it mixes better: on standardised breast cancer, k = 18, seed 0, the polar chains
     missed by little (R-hat 1.013, bulk ESS 440) and the chains in ``W``'s coordinates stuck in two
     modes (R-hat 2.03, ESS 5), which the fit reported. Here (wine, k = 2, the chart's check and the
-    comparison made to say so) the fit reports the polar run's draws."""
+    comparison made to say so) the fit reports the polar run's draws. The remedies judge those draws
+    as the users' diagnostics do (:func:`bayespca.posterior.worst_convergence` of the reported draws,
+    in data units: raw wine's features run in units from 2^-3 to 2^9)."""
     import bayespca.inference.nuts as nuts
+    from bayespca.posterior import worst_convergence
 
     monkeypatch.setattr(nuts, "_near_degenerate", lambda *args: True)
     runs = _recorded_runs(monkeypatch, failing_checks=np.inf, keep=False)
+    checks, run_again = [], nuts._run_again
+    monkeypatch.setattr(nuts, "_run_again", lambda run, sampling, key, check, *rest: checks.append(check)
+                        or run_again(run, sampling, key, check, *rest))
     X = load_wine().data
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SamplingWarning)
@@ -542,6 +548,11 @@ def test_fa_keeps_the_polar_run_where_ws_own_coordinates_mix_worse(monkeypatch, 
     np.testing.assert_array_equal(fit.sample_stats_["n_steps"], runs[0][0].sample_stats["n_steps"])
     assert fit._chains.static is runs[0][1].static  # sample_more and fit_warm go on from the polar chains
     assert fit._chains.data["centre"] is runs[0][1].data["centre"]
+    # The log-likelihoods differ by a constant (the units' Jacobian): R-hat and ESS, rank-based, do not.
+    users = worst_convergence(fit.nuts_, np.asarray(fit.posterior_["posterior"]["log_lik"]))
+    for (label, value), (users_label, users_value) in zip(checks[0].convergence(runs[0][0]), users,
+                                                          strict=True):
+        assert label == users_label and value == pytest.approx(users_value, rel=1e-6)
 
 
 @pytest.mark.parametrize("scaling", ["standardised", "raw"])
@@ -572,7 +583,7 @@ def _minor_mode_runs() -> tuple:
     centre is then a minor mode (psi_16 about 0.03), some 35 nats of log density below the main one
     (psi_16 about 0.31), where the default fit's chains sit (on 2026-12-01: 37.7 nats at the peaks,
     32.6 in Laplace mass). Each is ``(draws, chains, xi)`` and what ``_run_again`` gets with it,
-    ``(sampling, key, stats, loadings, free)``."""
+    ``(sampling, key, check, loadings, free)``."""
     import bayespca.inference.nuts as nuts
 
     X = load_breast_cancer().data
@@ -610,10 +621,10 @@ def test_chains_that_reached_a_weightier_mode_run_again_around_it(monkeypatch):
     themselves, and the fit runs again around the main one and passes.)"""
     import bayespca.inference.nuts as nuts
 
-    (reference, _), (run, (sampling, key, stats, _, free)) = _minor_mode_runs()
+    (reference, _), (run, (sampling, key, check, _, free)) = _minor_mode_runs()
     draws, chains, xi = run
     given, agree = [], nuts._chains_agree  # the check fails on the runs given, real on others
-    monkeypatch.setattr(nuts, "_chains_agree", lambda d, s: not any(d is g for g in given) and agree(d, s))
+    monkeypatch.setattr(nuts, "_chains_agree", lambda d, c: not any(d is g for g in given) and agree(d, c))
     monkeypatch.setattr(nuts, "_with_pilot_metric", lambda d, c, *rest: (d, c))
     runs = _spied_runs(monkeypatch)
 
@@ -624,12 +635,18 @@ def test_chains_that_reached_a_weightier_mode_run_again_around_it(monkeypatch):
         given.append(dataclasses.replace(draws, sample_stats={**draws.sample_stats, "lp": lp}))
         return given[-1], chains, moved
 
-    nuts._run_again(with_densest(np.zeros(xi.shape[-1])), sampling, key, stats, None, free)
+    nuts._run_again(with_densest(np.zeros(xi.shape[-1])), sampling, key, check, None, free)
     assert not runs
-    again, other = nuts._run_again(with_densest(_main_mode_point(reference, chains)), sampling, key, stats,
+    again, other = nuts._run_again(with_densest(_main_mode_point(reference, chains)), sampling, key, check,
                                    None, free)
-    assert len(runs) == 1 and other is runs[0][1] and nuts._chains_agree(again, stats)
+    assert len(runs) == 1 and other is runs[0][1] and nuts._chains_agree(again, check)
     assert _psi_16_as_the_default_fit_s(again, reference[0])
+    # Kept only where it passes or mixes better: a run that does not leaves the first one's draws.
+    monkeypatch.setattr(nuts, "_recentred", lambda *args: (again, other, None))
+    monkeypatch.setattr(nuts, "_mixes_better", lambda new, old, c: False)
+    first = with_densest(_main_mode_point(reference, chains))
+    kept = nuts._run_again(first, sampling, key, check, None, free)
+    assert kept[0] is first[0] and kept[1] is first[1]
 
 
 def test_chains_that_reached_a_weightier_mode_while_running_on_run_again_around_it(monkeypatch):
@@ -644,7 +661,7 @@ def test_chains_that_reached_a_weightier_mode_while_running_on_run_again_around_
     against draws thinned from more transitions can), and the fit keeps it."""
     import bayespca.inference.nuts as nuts
 
-    (reference, _), (run, (sampling, key, stats, _, free)) = _minor_mode_runs()
+    (reference, _), (run, (sampling, key, check, _, free)) = _minor_mode_runs()
     draws, chains, xi = run
     lengthened, runs = [], _spied_runs(monkeypatch)
 
@@ -655,10 +672,10 @@ def test_chains_that_reached_a_weightier_mode_while_running_on_run_again_around_
 
     agree = nuts._chains_agree
     monkeypatch.setattr(nuts, "_lengthened", run_on)
-    monkeypatch.setattr(nuts, "_chains_agree", lambda d, s: d.thinning > 1 and agree(d, s))
-    monkeypatch.setattr(nuts, "_smallest_ess", lambda d, s: float(d.thinning))
+    monkeypatch.setattr(nuts, "_chains_agree", lambda d, c: d.thinning > 1 and agree(d, c))
+    monkeypatch.setattr(nuts, "_smallest_ess", lambda d, c: float(d.thinning))
     ran_on = dataclasses.replace(draws, thinning=2)
-    failing, passing = (stats, free, lambda d: 2.0), (stats, free, lambda d: 0.5)
+    failing, passing = (check, free, lambda d: 2.0), (check, free, lambda d: 0.5)
 
     def stopped_at(point):
         """The chains stopped at their centre (``xi = 0``), chain 1 at ``point``."""
@@ -673,8 +690,13 @@ def test_chains_that_reached_a_weightier_mode_while_running_on_run_again_around_
     assert not runs and len(lengthened) == 3
     again, other = nuts._run_on((ran_on, at_main), sampling, key, failing, False)
     assert len(runs) == 1 and len(lengthened) == 5 and other is lengthened[-1]
-    assert other.report is sampling[1] and again.thinning == 2 and agree(again, stats)
+    assert other.report is sampling[1] and agree(again, check)
     assert _psi_16_as_the_default_fit_s(again, reference[0])
+    # Kept only where it passes or mixes better once it has run on: else the chains that ran on stay.
+    monkeypatch.setattr(nuts, "_recentred", lambda *args: (again, other, None))
+    monkeypatch.setattr(nuts, "_mixes_better", lambda new, old, c: False)
+    kept = nuts._run_on((ran_on, at_main), sampling, key, failing, False)
+    assert kept[0] is ran_on and kept[1] is lengthened[-2] and len(lengthened) == 7
 
 
 def test_factor_analysis_posterior_follows_each_feature_s_units():
@@ -815,14 +837,14 @@ def test_chains_that_still_fail_the_check_run_on_and_keep_every_t_th_draw(monkey
     base = {"method": "nuts", "num_warmup": 100, "num_chains": 2, "random_state": 5, "progress_bar": False}
     verdicts = iter([2.0, 2.0, 1.0, 1.0])
     monkeypatch.setattr(nuts, "_run_again", lambda run, *rest: run[:2])
-    monkeypatch.setattr(nuts, "_shortfall", lambda draws, stats, units: next(verdicts))
+    monkeypatch.setattr(nuts, "_shortfall", lambda draws, check: next(verdicts))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SamplingWarning)
         run_on = PPCA(2, num_samples=400, **base).fit(X)
         assert next(verdicts, "used") == "used"  # asked three times, and once more after running on
         first = _posterior_arrays(run_on)
         run_on.sample_more(100)
-        monkeypatch.setattr(nuts, "_shortfall", lambda draws, stats, units: 1.0)
+        monkeypatch.setattr(nuts, "_shortfall", lambda draws, check: 1.0)
         once = PPCA(2, num_samples=3 * 500, **base).fit(X)
     thinned = [a[:, 2::3] for a in _posterior_arrays(once)]
     for a, b, c in zip(first, _posterior_arrays(run_on), thinned, strict=True):

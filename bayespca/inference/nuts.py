@@ -106,7 +106,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -1087,15 +1087,9 @@ def sample_model(
     sites, stats, chains, _ = _sample(static, data, run, key, 1.0, None)
     shape = (int(num_chains), int(num_samples))
     draws = to_draws({name: v.reshape(*shape, *v.shape[1:]) for name, v in sites.items()}, stats)
-    short = functools.partial(_invariants_shortfall, log_lik=log_lik)
+    short = functools.partial(_shortfall, check=_Check(log_lik))
     draws, _ = _lengthened(draws, replace(chains, to_draws=to_draws), short, progress_bar)
     return draws
-
-
-def _invariants_shortfall(draws: Draws, log_lik: Callable | None) -> float:
-    """:func:`bayespca.posterior.shortfall` of the draws' invariants and ``log_lik(draws)`` where given."""
-    total = None if log_lik is None else log_lik(draws)
-    return shortfall(worst_convergence(draws, total), draws.loadings.shape[0])
 
 
 def _rough_scales(start: dict, n: int, variances: np.ndarray) -> np.ndarray:
@@ -1339,25 +1333,26 @@ def fit_nuts(
         noise, columns, identification, loadings, data, start, ahead, anchors
     )
     sampling = (run, (identification, reference_w, start_point, noise, k, anchors))
+    check = _Check(functools.partial(_log_likelihood, stats=stats), units)
     draws, chains, xi = _run(static, data, sampling, key, init_scale, search)
     if spec.identification is None and noise == "diagonal" and _near_degenerate(static, data, loadings):
-        if not _chains_agree(draws, stats):
+        if not _chains_agree(draws, check):
             # W's own coordinates have no singularity; draws reported in the same orientation.
             search, static, init_scale = _preconditioned(noise, (k, None), "none", loadings, data, start)
             again, label = jax.random.fold_in(key, 1), _AGAIN + "W's coordinates"
             in_w = _run(static, data, sampling, again, init_scale, search, label)
-            draws, chains, xi = _better((draws, chains, xi), in_w, stats)
+            draws, chains, xi = _better((draws, chains, xi), in_w, check)
     elif _last_scale_stuck(draws, identification, noise, k, loadings, reparam):
         # Unpadded (the chart needs the last column active): a padded fit compiles a sampler of its own.
         data["kwargs"]["last_column_scale"] = _last_scale(start_point)
         search, static, init_scale = _preconditioned(noise, (k, None), identification, loadings, data, start)
         again = jax.random.fold_in(key, 1)
         cartesian = _run(static, data, sampling, again, init_scale, search, _AGAIN + "Cartesian column")
-        draws, chains, xi = _better((draws, chains, xi), cartesian, stats)
+        draws, chains, xi = _better((draws, chains, xi), cartesian, check)
     free = _free_columns(ml, n)
-    draws, chains = _run_again((draws, chains, xi), sampling, key, stats, loadings, free)
-    short = functools.partial(_shortfall, stats=stats, units=units)
-    draws, chains = _run_on((draws, chains), sampling, key, (stats, free, short), progress_bar)
+    draws, chains = _run_again((draws, chains, xi), sampling, key, check, loadings, free)
+    short = functools.partial(_shortfall, check=check)
+    draws, chains = _run_on((draws, chains), sampling, key, (check, free, short), progress_bar)
     if units is not None:
         draws = draws.to_data_units(units)
     chains = replace(chains, units=units, stats=working_stats, prepared=prepared, spec=spec)
@@ -1642,19 +1637,19 @@ def _last_scale(g: LowRankGaussian) -> np.float64:
     return np.float64(max(singular[-1], 1e-3 * singular[0]))
 
 
-def _better(run: tuple, other: tuple, stats: Any) -> tuple:
+def _better(run: tuple, other: tuple, check: _Check) -> tuple:
     """``other`` where its draws mix better than ``run``'s (:func:`_mixes_better`), else ``run``; each is
     ``(draws, chains, xi)`` or ``(draws, chains)``. A second run's chart or coordinates can mix worse:
     breast cancer standardised FA k = 18, seed 0, polar R-hat 1.013 and ESS 440, in ``W``'s coordinates
     2.03 and 5."""
-    return other if _mixes_better(other[0], run[0], stats) else run
+    return other if _mixes_better(other[0], run[0], check) else run
 
 
-def _mixes_better(new: Draws, old: Draws, stats: Any) -> bool:
+def _mixes_better(new: Draws, old: Draws, check: _Check) -> bool:
     """Whether ``new`` passes the users' check, or fails it with a larger smallest ESS than ``old``."""
-    if _chains_agree(new, stats):
+    if _chains_agree(new, check):
         return True
-    return _smallest_ess(new, stats) > _smallest_ess(old, stats)
+    return _smallest_ess(new, check) > _smallest_ess(old, check)
 
 
 def _run(static: _Static, data: dict, sampling: tuple, key, init_scale: float, search: _Static | None,
@@ -1666,27 +1661,27 @@ def _run(static: _Static, data: dict, sampling: tuple, key, init_scale: float, s
     return _draws(sites, sample_stats, report, (run[2], run[1])), chains, xi
 
 
-def _run_again(run: tuple, sampling: tuple, key, stats, loadings: Any, free: int) -> tuple:
+def _run_again(run: tuple, sampling: tuple, key, check: _Check, loadings: Any, free: int) -> tuple:
     """Chains of ``_PILOT_MIN_DRAWS`` draws or more that fail the users' check run again: around a
     weightier mode one of them reached (:func:`_recentred`, Newton from each chain's densest draw),
     and where that does not make them pass, with a metric corrected by their own spread
     (:func:`_with_pilot_metric`).
 
     Shorter chains fail the check by their length, which another run of the same length does not
-    change. ``run`` is ``(draws, chains, xi)``; ``sampling`` as in :func:`_run`; ``loadings`` the
-    resolved loadings prior; ``free`` the columns within the noise (:func:`_free_columns`). Returns
-    ``(draws, chains)``.
+    change. ``run`` is ``(draws, chains, xi)``; ``sampling`` as in :func:`_run`; ``check`` the
+    :class:`_Check`; ``loadings`` the resolved loadings prior; ``free`` the columns within the noise
+    (:func:`_free_columns`). Returns ``(draws, chains)``.
     """
     draws, chains, xi = run
-    if xi.shape[1] < _PILOT_MIN_DRAWS or _chains_agree(draws, stats):
+    if xi.shape[1] < _PILOT_MIN_DRAWS or _chains_agree(draws, check):
         return draws, chains
     lp = np.nan_to_num(draws.sample_stats["lp"], nan=-np.inf)
     densest = xi[np.arange(len(lp)), np.argmax(lp, axis=1)]
     fresh = _recentred(chains, sampling, jax.random.fold_in(key, 3), free, densest)
-    again = run if fresh is None else _better(run, fresh, stats)
-    if again is not run and _chains_agree(again[0], stats):
+    again = run if fresh is None else _better(run, fresh, check)
+    if again is not run and _chains_agree(again[0], check):
         return again[:2]
-    return _with_pilot_metric(*again, sampling, jax.random.fold_in(key, 2), stats, loadings)
+    return _with_pilot_metric(*again, sampling, jax.random.fold_in(key, 2), check, loadings)
 
 
 # Chains run again around the mode that Newton reaches from one of their points where the mode's
@@ -1728,7 +1723,8 @@ def _recentred(chains: Chains, sampling: tuple, key, free: int, starts: np.ndarr
     the :class:`Chains` that failed; ``sampling`` as in :func:`_run`;
     ``free`` as in :func:`_localized_factor`; ``starts`` (chain, p) the
     whitened points Newton starts from. Returns the new run ``(draws,
-    chains, xi)``, or None where no weightier mode was reached.
+    chains, xi)``, or None (a factor of scales, or no mode ``_WEIGHTIER_BY``
+    nats weightier reached).
     """
     static, centre, factor = chains.static, chains.data["centre"], chains.data["factor"]
     if isinstance(factor, np.ndarray) and factor.ndim == 1:
@@ -1766,7 +1762,7 @@ def _log_mass(static: _Static, data: dict, mode: np.ndarray, hessian: np.ndarray
 _PILOT_RATIO, _PILOT_MIN_DRAWS, _PILOT_DRAWS_PER_PARAMETER, _TURNED = 2.0, 400, 2, 1e-9
 
 
-def _with_pilot_metric(draws: Draws, chains: Chains, xi: np.ndarray, sampling: tuple, key, stats,
+def _with_pilot_metric(draws: Draws, chains: Chains, xi: np.ndarray, sampling: tuple, key, check: _Check,
                        loadings: Any) -> tuple:
     """Draws that failed the users' check run again with a metric corrected by their own spread.
 
@@ -1777,7 +1773,7 @@ def _with_pilot_metric(draws: Draws, chains: Chains, xi: np.ndarray, sampling: t
     (warm-up and draws) is centred at the draws' mean and whitened by :func:`_draws_metric`, and is
     kept where it passes the check or mixes better (:func:`_mixes_better`). Only for a dense
     factor (the rotated and diagonal ones are for models too large for a p x p covariance);
-    ``loadings`` is the resolved loadings prior; ``(draws, chains)``.
+    ``check`` is the :class:`_Check`, ``loadings`` the resolved loadings prior; ``(draws, chains)``.
     """
     draws_a_parameter = xi.shape[0] * xi.shape[1] / xi.shape[2]
     if draws_a_parameter < _PILOT_DRAWS_PER_PARAMETER or not _is_dense(chains.data["factor"]):
@@ -1786,7 +1782,7 @@ def _with_pilot_metric(draws: Draws, chains: Chains, xi: np.ndarray, sampling: t
         centre, factor = _draws_metric(chains, xi, loadings)
     data = {**chains.data, "centre": centre, "factor": factor}
     other, other_chains, _ = _run(chains.static, data, sampling, key, 1.0, None, _AGAIN + "draws' metric")
-    if _mixes_better(other, draws, stats):
+    if _mixes_better(other, draws, check):
         return other, replace(other_chains, own_metric=True)
     return draws, chains
 
@@ -1807,20 +1803,20 @@ def _run_on(run: tuple, sampling: tuple, key, checks: tuple, progress_bar: bool 
     chain stopped, and where that reaches a mode weightier than the one
     they were centred at, they run again around it (:func:`_recentred`). ``run``
     is ``(draws, chains)``; ``sampling`` as in :func:`_run`; ``checks`` is
-    ``(stats, free, short)``: the statistics of :func:`_chains_agree`, the
-    columns of :func:`_localized_factor`, the draws' shortfall of :func:`_lengthened`.
+    ``(check, free, short)``: the :class:`_Check`, the columns of
+    :func:`_localized_factor`, the draws' shortfall of :func:`_lengthened`.
     """
-    stats, free, short = checks
+    check, free, short = checks
     draws, chains = _lengthened(run[0], replace(run[1], report=sampling[1]), short, progress_bar)
     if draws.thinning == 1 or not short(draws) > 1:
         return draws, chains
     fresh = _recentred(chains, sampling, jax.random.fold_in(key, 4), free, _positions(chains.states))
     if fresh is None:
         return draws, chains
-    # Compared once the new run has run on too: its first draws against the old ones thinned from up to
-    # _LONGEST times as many transitions would favour the old run.
+    # Compared once the new run has run on too, where it does: its first draws against the old ones,
+    # thinned from up to _LONGEST times as many transitions, would favour the old run.
     fresh = _lengthened(fresh[0], replace(fresh[1], report=sampling[1]), short, progress_bar)
-    return _better((draws, chains), fresh, stats)
+    return _better((draws, chains), fresh, check)
 
 
 # At most this many transitions a draw kept (:func:`_lengthened`).
@@ -1954,8 +1950,9 @@ def _is_dense(factor: Any) -> bool:
     return isinstance(factor, np.ndarray) and factor.ndim == 2
 
 
-def _smallest_ess(draws: Draws, stats: Any) -> float:
-    return worst_convergence(draws, _log_likelihood(draws, stats))[1][1]
+def _smallest_ess(draws: Draws, check: _Check) -> float:
+    """The smallest bulk or tail ESS of :meth:`_Check.convergence`."""
+    return check.convergence(draws)[1][1]
 
 
 def _columns(padded_components: int | None, k: int, identification: str, loadings: Any) -> tuple:
@@ -2103,19 +2100,34 @@ def _near_degenerate(static: _Static, data: dict, loadings: Any) -> bool:
     return bool(np.sqrt(np.max(np.sum(rows * rows, axis=1))) > _DEGENERATE_GAP)
 
 
-def _chains_agree(draws: Draws, stats: Any) -> bool:
-    """Whether the draws (sampling units) pass the users' check (:func:`bayespca.posterior.converged`)."""
-    return _shortfall(draws, stats, None) <= 1.0
+class _Check(NamedTuple):
+    """The users' check, in data units, of draws in the sampler's units: the one every remedy and
+    running on apply.
 
-
-def _shortfall(draws: Draws, stats: Any, units: np.ndarray | None) -> float:
-    """:func:`bayespca.posterior.shortfall` of the draws as users see them.
-
-    ``units``: the per-feature sampling units of ``draws`` (FA), in which the eigenvalues of ``W W^T``
-    are not the users' (wine raw FA k = 8, seed 3: R-hat 1.012 in data units, at most 1.01 in them).
+    ``log_lik``: the total log-likelihood of each draw (chain, draw), given the draws in the sampler's
+    units (the Gaussian models' sufficient statistics are in those), checked with the invariants
+    (None: the invariants alone); ``units``: FA's per-feature sampling units (None: the draws' units
+    are the users'), in which the eigenvalues of ``W W^T`` are not the users' (wine raw FA k = 8,
+    seed 3: R-hat 1.012 in data units, at most 1.01 in them).
     """
-    seen = draws if units is None else draws.to_data_units(units)
-    return shortfall(worst_convergence(seen, _log_likelihood(draws, stats)), draws.loadings.shape[0])
+
+    log_lik: Callable | None
+    units: np.ndarray | None = None
+
+    def convergence(self, draws: Draws) -> tuple:
+        """:func:`bayespca.posterior.worst_convergence` of the draws as users see them."""
+        seen = draws if self.units is None else draws.to_data_units(self.units)
+        return worst_convergence(seen, None if self.log_lik is None else self.log_lik(draws))
+
+
+def _chains_agree(draws: Draws, check: _Check) -> bool:
+    """Whether the draws pass the users' check (:func:`bayespca.posterior.converged`)."""
+    return _shortfall(draws, check) <= 1.0
+
+
+def _shortfall(draws: Draws, check: _Check) -> float:
+    """:func:`bayespca.posterior.shortfall` of the draws as users see them."""
+    return shortfall(check.convergence(draws), draws.loadings.shape[0])
 
 
 def _log_likelihood(draws: Draws, stats: Any) -> np.ndarray:

@@ -1807,7 +1807,11 @@ def _run_on(run: tuple, sampling: tuple, key, checks: tuple, progress_bar: bool 
     :func:`_localized_factor`, the draws' shortfall of :func:`_lengthened`.
     """
     check, free, short = checks
-    draws, chains = _lengthened(run[0], replace(run[1], report=sampling[1]), short, progress_bar)
+
+    def ran_on(draws, chains):
+        return _lengthened(draws, replace(chains, report=sampling[1]), short, progress_bar)
+
+    draws, chains = ran_on(*run)
     if draws.thinning == 1 or not short(draws) > 1:
         return draws, chains
     fresh = _recentred(chains, sampling, jax.random.fold_in(key, 4), free, _positions(chains.states))
@@ -1815,8 +1819,7 @@ def _run_on(run: tuple, sampling: tuple, key, checks: tuple, progress_bar: bool 
         return draws, chains
     # Compared once the new run has run on too, where it does: its first draws against the old ones,
     # thinned from up to _LONGEST times as many transitions, would favour the old run.
-    fresh = _lengthened(fresh[0], replace(fresh[1], report=sampling[1]), short, progress_bar)
-    return _better((draws, chains), fresh, check)
+    return _better((draws, chains), ran_on(*fresh[:2]), check)
 
 
 # At most this many transitions a draw kept (:func:`_lengthened`).

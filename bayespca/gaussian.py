@@ -42,23 +42,34 @@ result accurate to rounding there (the textbook forms lose
    difference, as matrix products of all rows with a block of draws, only
    for draws whose ``lambda_max(M)`` keeps its error within the tolerance of
    3.; the other draws are scored by the sum of squares.
-3. The precision ``C^{-1}``, whose Woodbury form ``Psi^{-1} - ...`` is a
-   difference of entries of size ``1 / psi``, is refined by three steps of
-   iterative refinement ``P <- P + P (I - C P)``, each O(d^2 k) through
-   the Woodbury form and each multiplying the error by ``eps / psi_min``
-   (measured: ``|C P - I|`` 1e-4 -> 1e-12 at ``psi = 1e-12`` var). The
-   Woodbury form's relative error is about ``eps * lambda_max(M)``
-   (``1 - s / (1 + s)`` standing for ``1 / (1 + s)``, ``s = |a_j|^2`` a
-   signal-to-noise ratio), so the steps are taken only where that exceeds
-   :data:`_PRECISION_TOLERANCE` (``lambda_max(M)`` above ~450): at the
-   ratios of most data they are not needed, and under JAX they cost more
-   than the rest of a gradient of the sampled density (d = 20, k = 6:
-   57 -> 28 us). The statistics form of the log-likelihood uses it:
+3. The precision ``C^{-1}``, whose Woodbury form ``P_0 = Psi^{-1} - ...``
+   is a difference of entries of size ``1 / psi``, is refined by steps of
+   iterative refinement ``P <- P + P_0 (I - C P)``, each O(d^2 k) through
+   the Woodbury form. ``P_0``'s relative error is about
+   ``e = eps * lambda_max(M)`` (``1 - s / (1 + s)`` standing for
+   ``1 / (1 + s)``, ``s = |a_j|^2`` a signal-to-noise ratio). After ``t``
+   steps ``I - C P = (I - C P_0)^(t + 1)``, an error of at most
+   ``e^(t + 1)``, and a gradient, which reads ``C^{-1}`` twice, keeps
+   ``lambda_max(M)`` times that, down to the ``eps * lambda_max(M)`` of
+   rounding that no step removes (measured in rational arithmetic:
+   ``|I - C P|`` 3e-4, 2e-8, 3e-13, 1e-15 after 0-3 steps at
+   ``lambda_max(M)`` 9e11; the gradient: test_gaussian). So the first
+   step is taken where ``e`` exceeds :data:`_PRECISION_TOLERANCE`
+   (``lambda_max(M)`` above ~450), and step ``t + 1`` only where the error
+   the first ``t`` leave, ``e^(t + 1)``, is above rounding, ``eps``: the
+   thresholds :data:`_REFINE_ABOVE`, a second step from ~7e7, a third from
+   ~3e10 (past ~5e11 three leave more than rounding: 4 times it at 9e11).
+   At the ratios of most data none is needed, and under JAX a step costs
+   a third to most of the rest of a gradient (d = 20, k = 6: 57 us with
+   three steps, 28 us with none; breast cancer standardised, FA k = 21 at
+   its mode, ``lambda_max(M)`` 1e4: 1,000 us with three, 420 us with one,
+   230 us with none). The statistics form of the log-likelihood uses it:
    ``tr(C^{-1} S)``. Under JAX the choice is made per evaluation
-   (``lax.cond``), so the compiled program holds both branches; callers
-   that know their Gaussians stay far below that ratio (the NUTS runner,
-   from :func:`capacitance_norm` at the posterior's mode) pass
-   ``refine=False`` for a program without them.
+   (``lax.cond``; under ``vmap``, as in vectorized chains, both branches
+   run), so the compiled program holds both branches; callers that know
+   their Gaussians stay far below that ratio (the NUTS runner, from
+   :func:`capacitance_norm` at the posterior's mode) pass ``refine=False``
+   for a program without them.
 
 Rows with missing entries (``observed`` masks) are handled exactly: row ``i``
 is the Gaussian of its observed block ``O_i``, with its own capacitance
@@ -114,10 +125,13 @@ _SMALL_FACTOR = 32  # batched triangular factors up to this size are inverted by
 # compile at most 0.08 s longer; at k = 4 19.9 -> 17.3 us for 0.4 s more compiling, and at k = 6
 # the unrolled program is the slower (26.4 -> 33.6 us; compile 0.8 -> 2.5 s).
 _UNROLLED_ORDER = 3
-_REFINE = 3  # refinement steps of the precision, where its error estimate asks for them (notes, 3.)
 # Relative error of the precision below which no refinement step is taken (module notes, 3.).
 _PRECISION_TOLERANCE = 1e-13
 _EPS = float(np.finfo(float).eps)
+# lambda_max(M) above which the precision takes its first, second and third refinement step: the
+# Woodbury form's error e = eps * lambda_max(M) above the tolerance, then e^2 and e^3 above rounding
+# (module notes, 3.): ~450, ~6.7e7, ~2.7e10.
+_REFINE_ABOVE = (_PRECISION_TOLERANCE / _EPS, _EPS ** (-1 / 2), _EPS ** (-2 / 3))
 
 
 class LowRankGaussian(NamedTuple):
@@ -1121,19 +1135,18 @@ def _precision(ops, g, wh: Whitened, refine: bool = True):
     eye = xp.eye(a.shape[-2], dtype=a.dtype)
     w, noise = ops.asarray(g.loadings), ops.asarray(g.noise)[..., :, None]
 
-    def refined(prec):
-        for _ in range(_REFINE):
-            prec = prec + solve(eye - (w @ (_transpose(xp, w) @ prec) + noise * prec))
-        return prec
+    def step(prec):
+        return prec + solve(eye - (w @ (_transpose(xp, w) @ prec) + noise * prec))
 
-    # The Woodbury form's relative error, eps * lambda_max(M) (M is diagonal in the rotated frame);
-    # stacked draws are refined together where any needs it. The steps stay differentiated where
-    # taken: a gradient in psi reads C^-1 twice, so the Woodbury form's own derivative loses twice
-    # the digits (psi = 1e-6 var: 3e-4 relative).
+    # lambda_max(M) read off the factor of M, diagonal in the rotated frame; stacked draws are refined
+    # together where any needs it. The steps stay differentiated where taken: a gradient in psi reads
+    # C^-1 twice, so the Woodbury form's own derivative loses twice the digits (psi = 1e-6 var: 3e-4
+    # relative).
     prec = solve(eye)
     if refine and a.shape[-1]:
-        error = _EPS * xp.max(xp.diagonal(ops.stop_gradient(wh.chol), axis1=-2, axis2=-1)) ** 2
-        prec = ops.when(error > _PRECISION_TOLERANCE, refined, prec)
+        largest = xp.max(xp.diagonal(ops.stop_gradient(wh.chol), axis1=-2, axis2=-1)) ** 2
+        for above in _REFINE_ABOVE:
+            prec = ops.when(largest > above, step, prec)
     return 0.5 * (prec + _transpose(xp, prec))
 
 
@@ -1141,8 +1154,8 @@ def precision(g: LowRankGaussian):
     """Inverse covariance ``C^{-1} = Psi^{-1/2} (I - A M^{-1} A^T) Psi^{-1/2}``, shape (d, d).
 
     Only the k x k capacitance ``M`` is factorised (Woodbury identity), cost
-    O(d^2 k); iterative refinement (module notes) makes ``C C^{-1} = I`` to
-    rounding however small a noise variance is.
+    O(d^2 k); iterative refinement (module notes, 3.) makes ``C C^{-1} = I`` to
+    rounding for signal-to-noise ratios ``lambda_max(M)`` up to ~5e11.
 
     Examples
     --------

@@ -606,15 +606,15 @@ def test_laplace_hessian_of_a_gaussian_is_its_precision(monkeypatch):
     The gradient is linear, so central differences are exact up to rounding
     (~1e-11 here); Newton from a point 3 units away lands on the mean.
     """
-    from bayespca.inference import nuts
+    from bayespca.inference import laplace, nuts
 
     rng = np.random.default_rng(3)
     a = rng.normal(size=(4, 4))
     precision = a @ a.T + 4.0 * np.eye(4)
     mean = np.array([1.0, -2.0, 0.5, 3.0])
     seen = []
-    original = nuts.laplace_factor
-    monkeypatch.setattr(nuts, "laplace_factor", lambda h: seen.append(h) or original(h))
+    original = laplace.laplace_factor
+    monkeypatch.setattr(laplace, "laplace_factor", lambda h: seen.append(h) or original(h))
     nuts.sample_model(gaussian_target, {}, {"mean": mean, "precision": precision}, {"x": mean + 3.0},
                       _x_draws, num_warmup=10, num_samples=10, num_chains=1, random_state=0,
                       progress_bar=False)
@@ -634,7 +634,7 @@ def test_an_ill_scaled_gaussians_mode_and_covariance_are_found(monkeypatch):
     linear gradient is exact up to rounding, so the mode search ends on
     the mean.
     """
-    from bayespca.inference import nuts
+    from bayespca.inference import laplace, nuts
 
     rng = np.random.default_rng(5)
     a = rng.normal(size=(4, 4))
@@ -644,9 +644,9 @@ def test_an_ill_scaled_gaussians_mode_and_covariance_are_found(monkeypatch):
     covariance = np.linalg.inv(core) / np.outer(scale, scale)
     mean = np.array([1.0, -2.0, 0.5, 3.0]) / scale
     seen = {}
-    best_mode, factor = nuts._best_mode, nuts.laplace_factor
+    best_mode, factor = nuts._best_mode, laplace.laplace_factor
     monkeypatch.setattr(nuts, "_best_mode", lambda *a: seen.setdefault("mode", best_mode(*a)))
-    monkeypatch.setattr(nuts, "laplace_factor", lambda h: seen.setdefault("factor", factor(h)))
+    monkeypatch.setattr(laplace, "laplace_factor", lambda h: seen.setdefault("factor", factor(h)))
     draws = nuts.sample_model(gaussian_target, {}, {"mean": mean, "precision": precision},
                               {"x": mean + 1.0}, _x_draws, num_warmup=200, num_samples=500, num_chains=2,
                               random_state=0, progress_bar=False)
@@ -667,7 +667,7 @@ def test_laplace_factor_caps_variances_at_ten_at_any_scale():
     to 10; ``diag(1e12, -1)``: the negative curvature gets variance 10. Both
     used to get ``1e-4``, the floor at ``1e-8`` of the largest eigenvalue.
     """
-    from bayespca.inference.nuts import laplace_factor
+    from bayespca.inference.laplace import laplace_factor
 
     for hessian in (np.diag([1e12, 1e-3]), np.diag([1e12, -1.0])):
         s = laplace_factor(hessian)
@@ -853,13 +853,13 @@ def test_a_column_beyond_the_datas_rank_gets_the_expansions_scale_and_samples_th
     """
     from sklearn.decomposition import PCA
 
-    from bayespca.inference import nuts
+    from bayespca.inference import laplace
 
     X, _ = _data(1000, 12, 2, 1.0, seed=4)
     options = {"method": "nuts", "num_warmup": 300, "num_samples": 400, "random_state": 1,
                "progress_bar": False}
     localized = PPCA(3, **options).fit(X)
-    monkeypatch.setattr(nuts, "_free_columns", lambda g, n: 0)
+    monkeypatch.setattr(laplace, "free_columns", lambda g, n: 0)
     plain = PPCA(3, **options).fit(X)
 
     axes = PCA(3).fit(X).components_
@@ -884,7 +884,7 @@ def test_loose_rotations_read_andersons_precision_of_the_angle_from_the_hessian(
     """
     from jax.flatten_util import ravel_pytree
 
-    from bayespca.inference import nuts
+    from bayespca.inference import laplace
     from bayespca.models import EXPANSION_CONCENTRATION
 
     rng = np.random.default_rng(0)
@@ -914,7 +914,7 @@ def test_loose_rotations_read_andersons_precision_of_the_angle_from_the_hessian(
             anderson = n * (ell[a] - ell[b]) ** 2 / (ell[a] * ell[b])
             assert curvature == pytest.approx(2 * EXPANSION_CONCENTRATION + anderson, rel=1e-8)
 
-    basis = nuts._loose_rotations(hessian, index, z, k)
+    basis = laplace.loose_rotations(hessian, index, z, k)
     expected = np.zeros((flat.size, 4))
     for m, (i, j) in enumerate([(1, 1), (1, 2), (2, 1), (2, 2)]):
         expected[index[:, i], m] = z[:, j]
@@ -930,22 +930,22 @@ def test_a_loose_pair_of_directions_gets_the_expansions_scale_and_samples_the_sa
     """
     from sklearn.datasets import load_diabetes
 
-    from bayespca.inference import nuts
+    from bayespca.inference import laplace
 
     X = load_diabetes().data
     X = (X - X.mean(0)) / X.std(0)
     options = {"method": "nuts", "num_warmup": 300, "num_samples": 400, "random_state": 1,
                "progress_bar": False}
-    found, original = [], nuts._loose_rotations
+    found, original = [], laplace.loose_rotations
 
     def loose_rotations(hessian, index, z, oriented):
         found.append(original(hessian, index, z, oriented))
         return found[-1]
 
-    monkeypatch.setattr(nuts, "_loose_rotations", loose_rotations)
+    monkeypatch.setattr(laplace, "loose_rotations", loose_rotations)
     localized = PPCA(6, **options).fit(X)
     assert found and found[-1].shape[1] > 0  # four coordinates for each loose pair
-    monkeypatch.setattr(nuts, "_loose_rotations", lambda hessian, *_: np.zeros((len(hessian), 0)))
+    monkeypatch.setattr(laplace, "loose_rotations", lambda hessian, *_: np.zeros((len(hessian), 0)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SamplingWarning)  # its R-hat crossed 1.01 at this seed
         plain = PPCA(6, **options).fit(X)

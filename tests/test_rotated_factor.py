@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_breast_cancer
 
-from bayespca.inference import nuts, rotated_factor
+from bayespca.inference import laplace, nuts, rotated_factor
 from bayespca.inference.contract import ModelSpec
 from bayespca.inference.rotated_factor import RotatedFactor, apply, apply_transpose
 from bayespca.statistics import prepare
@@ -42,7 +42,7 @@ def _laplace(model, monkeypatch, k=5):
     X = load_breast_cancer().data
     X = (X - X.mean(0)) / X.std(0)
     seen = {}
-    dense = nuts.laplace_factor
+    dense = laplace.laplace_factor
 
     def record(hessian):
         seen["dense"] = dense(hessian)
@@ -54,7 +54,7 @@ def _laplace(model, monkeypatch, k=5):
         seen.update(layout=layout, scatter=scatter, chosen=original(layout, covariance, scatter))
         return seen["chosen"]
 
-    monkeypatch.setattr(nuts, "laplace_factor", record)
+    monkeypatch.setattr(laplace, "laplace_factor", record)
     monkeypatch.setattr(rotated_factor, "rotated_factor", record_rotated)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -14,13 +14,13 @@ runner adds three things that make it fast:
    ``xi`` with ``theta = theta_0 + S xi``, ``S S^T`` the inverse Hessian of
    the potential at ``theta_0`` (eigenvalues floored, and equilibrated by
    the diagonal first where they span more than a double resolves,
-   :func:`_modified_eigen`): NUTS sees
+   :func:`bayespca.inference.laplace.modified_eigen`): NUTS sees
    near-unit-scale geometry whatever ``n`` or the data's units, and each
    chain starts at a draw of that approximation. An affine map: the
    posterior is unchanged. A polar column whose direction the data leave
    free (one beyond the data's rank) gets the polar expansion's own scale
    there instead: the Laplace approximation at the mode misdescribes a
-   direction that roams its sphere (``_localized_factor``; d = 20, rank 3,
+   direction that roams its sphere (:func:`bayespca.inference.laplace.localized_factor`; d = 20, rank 3,
    k = 4: 27 -> 18 leapfrog steps a draw). So do two columns whose relative
    rotation the data leave loose (close eigenvalues), in their plane only
    (diabetes, standardised, k = 6: the divergent transitions went). A dense ``S`` costs ``O(p^2)``
@@ -119,12 +119,11 @@ from bayespca import priors as prior_classes
 from bayespca.cache import enable_compilation_cache, release_compiled_programs
 from bayespca.convergence import ess_mean
 from bayespca.gaussian import LowRankGaussian, canonical_loadings, capacitance_norm
-from bayespca.inference import closed_form, rotated_factor
+from bayespca.inference import closed_form, laplace, rotated_factor
 from bayespca.inference.contract import Draws, Fit, ModelSpec
 from bayespca.inference.rotated_factor import RotatedFactor
 from bayespca.inference.threads import serial_blas
 from bayespca.models import (
-    EXPANSION_CONCENTRATION,
     MODELS,
     draws_marginal_log_likelihood,
     identification_for,
@@ -150,7 +149,6 @@ __all__ = [
     "continue_chains",
     "continue_on",
     "fit_nuts",
-    "laplace_factor",
     "sample_model",
     "sample_statistics",
 ]
@@ -350,14 +348,14 @@ def _mode(static: _Static, data: dict, start: np.ndarray) -> tuple[np.ndarray, n
     (diabetes, FA k=1: one chain of four 10 nats below the others, R-hat
     1.5). Steps use the Hessian with its eigenvalues replaced by
     ``max(|lambda|, 0.1)`` (saddles and flat directions are left downhill;
-    :func:`_modified_eigen`), at most 3 long, with backtracking to
+    :func:`bayespca.inference.laplace.modified_eigen`), at most 3 long, with backtracking to
     sufficient decrease.
     """
     x = np.asarray(start, dtype=float)
     value, grad = _value_and_gradient(static, data, x)
     hessian = _hessian(static, data, x)
     for _ in range(_MODE_MAX_STEPS):
-        vals, vecs = _modified_eigen(hessian, absolute=True)
+        vals, vecs = laplace.modified_eigen(hessian, absolute=True)
         step = -vecs @ ((vecs.T @ grad) / vals)
         step *= min(1.0, _MODE_MAX_STEP_NORM / max(float(np.linalg.norm(step)), 1e-300))
         decrease = -float(grad @ step)
@@ -407,210 +405,25 @@ def _raised_noise(ml: LowRankGaussian, noise_prior) -> LowRankGaussian | None:
     return ml._replace(noise=np.where(low, mean, ml.noise))
 
 
-def laplace_factor(hessian: np.ndarray) -> np.ndarray:
-    """``S`` with ``S S^T`` the inverse of ``hessian``, its variances capped at 10.
-
-    Flat or curved-down directions (should Newton stop short of the mode, or
-    a start be the ML point rather than the posterior's mode) get a standard
-    deviation of at most ``sqrt(10)`` (:func:`_modified_eigen`).
-
-    Examples
-    --------
-    >>> S = laplace_factor(np.diag([4.0, 0.0]))
-    >>> np.round(S @ S.T, 3).tolist()
-    [[0.25, 0.0], [0.0, 10.0]]
-    """
-    vals, vecs = _modified_eigen(hessian, absolute=False)
-    return vecs / np.sqrt(vals)
-
-
-# The inverse's variances at most this (units of theta), and an eigenvalue below this fraction of the
-# largest is taken for rounding: a double's eigendecomposition resolves the rest.
-_MAX_VARIANCE, _RESOLVED = 10.0, 1e-8
-
-
-def _modified_eigen(hessian: np.ndarray, absolute: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Eigenvalues (p,) and orthonormal eigenvectors (p, p) of ``hessian``, modified to be inverted.
-
-    Eigenvalues ``lambda`` become ``max(lambda, 0.1)`` (``absolute``:
-    ``max(|lambda|, 0.1)``, Newton's choice at a saddle), so no variance of
-    the inverse exceeds 10. Eigenvalues below ``1e-8`` of the largest are
-    rounding to a double's eigendecomposition. When ``hessian``'s spectrum
-    spans more than that, the parameters' scales are the likely cause, and
-    its eigendecomposition is taken of ``D^-1/2 H D^-1/2``, ``D`` the
-    diagonal (:func:`_equilibrated_eigen`). Raw breast cancer, pPCA k = 22:
-    eigenvalues from 1e-3 to 2e13, 566 of 713 floored at ``1e-8`` of the
-    largest when taken as they are, Newton stopped 1e5 nats short of the
-    mode and NUTS took 511 leapfrog steps a draw; equilibrated, they span
-    2e7, and NUTS takes 31. A resolved spectrum is modified as it stands.
-
-    Examples
-    --------
-    Variances ``1e-12`` and ``1000``: the first resolved, the second cut to 10.
-
-    >>> vals, vecs = _modified_eigen(np.diag([1e12, 1e-3]), absolute=False)
-    >>> np.round(((vecs / vals) @ vecs.T).diagonal() / [1e-12, 1.0], 6).tolist()
-    [1.0, 10.0]
-    """
-    vals, vecs = np.linalg.eigh(hessian)
-    floor = _RESOLVED * np.abs(vals).max()
-    if np.abs(vals).min() < floor:
-        return _equilibrated_eigen(hessian, absolute)
-    magnitude = np.abs(vals) if absolute else vals
-    return np.maximum(magnitude, max(floor, 1.0 / _MAX_VARIANCE)), vecs
-
-
-def _equilibrated_eigen(hessian: np.ndarray, absolute: bool) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_modified_eigen` through ``D^-1/2 H D^-1/2``, ``D = |diag(H)|`` (zeros taken for 1).
-
-    Its eigenvalues are modified as the plain ones are (floored at ``1e-8``
-    of the largest, or their magnitudes taken), then the variances of the
-    inverse, mapped back, are cut to 10 along the inverse's own axes.
-    """
-    diag = np.abs(np.diag(hessian))
-    scale = np.sqrt(np.where(diag > 0, diag, 1.0))
-    vals, vecs = np.linalg.eigh(hessian / np.outer(scale, scale))
-    magnitude = np.abs(vals) if absolute else vals
-    factor = vecs / np.sqrt(np.maximum(magnitude, _RESOLVED * np.abs(vals).max())) / scale[:, None]
-    left, singular, _ = np.linalg.svd(factor)
-    return 1.0 / np.minimum(singular, np.sqrt(_MAX_VARIANCE)) ** 2, left
-
-
-# A component whose ML signal-to-noise eigenvalue is below this multiple of the noise bulk's edge
-# (Marchenko-Pastur, see _free_columns) is taken for noise. Synthetic n=1000, d=20, rank 3: the
-# components beyond it at 0.95-1.0 times the edge. The weakest ML component of scikit-learn's
-# iris, wine, diabetes and breast cancer (raw and standardised, pPCA and FA, k <= 6): 1.25 times
-# it or more; within 1.2 only wine from k = 7 (FA) or 8 (pPCA) and diabetes FA k = 8.
-_BULK_MARGIN = 1.2
-
-
-def _free_columns(g: LowRankGaussian, n: int) -> int:
-    """How many of the ML fit ``g``'s components lie within the noise's bulk: the data do not orient them.
-
-    With ``Psi``-whitened loadings ``A = Psi^{-1/2} W``, the fit's
-    covariance has eigenvalues ``1 + eig(A^T A)`` against the noise. Pure
-    noise of ``n`` rows in ``d`` features puts sample eigenvalues up to the
-    bulk's edge ``(1 + sqrt(d / n))^2``, and a component at or below it
-    has a sample direction unrelated to any population one (the BBP phase
-    transition of spiked covariance models): the posterior of its
-    direction spreads over its sphere.
-
-    Examples
-    --------
-    >>> g = LowRankGaussian(np.array([[3.0, 0.0], [0.0, 0.1], [0.0, 0.0]]), np.ones(3), np.zeros(3))
-    >>> _free_columns(g, 100)
-    1
-    """
-    w = np.asarray(g.loadings) / np.sqrt(np.asarray(g.noise))[:, None]
-    d = w.shape[0]
-    ratios = 1.0 + np.linalg.eigvalsh(w.T @ w)
-    return int(np.sum(ratios <= _BULK_MARGIN * (1.0 + np.sqrt(d / n)) ** 2))
-
-
 def _localized_factor(
     static: _Static, data: dict, hessian: np.ndarray, free: int, centre: np.ndarray
 ) -> np.ndarray:
-    """:func:`laplace_factor`, with the expansion's scale where the data leave polar directions loose.
+    """:func:`bayespca.inference.laplace.localized_factor` at the mode ``centre``, read off the layout.
 
-    Column ``j`` of ``U`` is column ``j`` of ``Z`` made orthogonal to the
-    ones before and normalised. Where the data orient it (a component of
-    signal) the Laplace approximation at the mode (``centre``) describes how
-    it turns. It does not in two cases, where the preconditioner instead
-    takes the curvature of the expansion density alone, ``2 c``
-    (:func:`bayespca.models.expansion_log_density`: where ``U`` is uniform,
-    ``Z``'s entries have variance about ``1 / (2 c)``), uncoupled from the
-    other parameters. Both are affine maps: the posterior is unchanged.
-
-    * The last ``free`` active columns lie within the noise
-      (:func:`_free_columns`): their directions roam their spheres, which
-      no Gaussian in ``Z`` describes (synthetic n=1000, d=20, rank 3, k=4:
-      the fourth direction's cosine with the mode's averages 0.58 over the
-      posterior, and NUTS takes 31 leapfrog steps a draw instead of 15).
-      All of their block is reset.
-    * Two oriented components whose relative rotation the data leave loose
-      (:func:`_loose_rotations`): ``u_a`` and ``u_b`` turn into each other
-      where their scales' gap reaches 0, so the posterior of the angle is a
-      funnel in the gap, and at large angles ``Z``'s columns move around a
-      circle that the Laplace frame's fixed axes cross through ``Z``'s
-      rank-deficient centre. Only the coordinates of ``z_a`` and ``z_b``
-      in the plane of ``u_a`` and ``u_b`` are reset, so the frame is the
-      same whatever the angle. (Diabetes, standardised, pPCA k=6, 16 seeds:
-      NUTS adapted inverse masses of 13-37 to those coordinates, and the
-      divergent transitions followed them into the expansion's barrier:
-      1 in all, 14 with the expansion's ``c`` at 4; with the reset 0, and
-      1 at ``c = 4``, at the same 31 steps a draw.)
+    ``free`` columns of ``Z`` lie within the noise (:func:`bayespca.inference.laplace.free_columns`);
+    a Cartesian last column (``last_column_scale``) is left to the Hessian. Without ``Z``, the plain
+    :func:`bayespca.inference.laplace.laplace_factor`.
     """
     offset = _site_offset(static, "Z")
     if offset is None:
-        return laplace_factor(hessian)
+        return laplace.laplace_factor(hessian)
     d, width = dict(static.layout)["Z"]
     active = data["kwargs"]["active_components"]
-    active = width if active is None else int(active)
+    oriented = width if active is None else int(active)
+    if data["kwargs"]["last_column_scale"] is not None:
+        oriented -= 1
     index = offset + np.arange(d)[:, None] * width + np.arange(width)  # where Z[i, j] is
-    hessian = np.array(hessian, dtype=float)
-    if data["kwargs"]["last_column_scale"] is not None:  # a Cartesian column: described by the Hessian
-        active -= 1
-        free = min(free, active)
-    if free:
-        cols = index[:, active - free : active].ravel()
-        hessian[cols, :] = 0.0
-        hessian[:, cols] = 0.0
-        hessian[cols, cols] = 2.0 * EXPANSION_CONCENTRATION
-    basis = _loose_rotations(hessian, index, np.asarray(centre)[index], active - free)
-    if basis.shape[1]:
-        # (I - P) H (I - P) + 2 c P, with P = B B^T the projection on the planes' coordinates.
-        hb = hessian @ basis
-        hessian += basis @ (basis.T @ hb + 2.0 * EXPANSION_CONCENTRATION * np.eye(basis.shape[1])) @ basis.T
-        hessian -= basis @ hb.T + hb @ basis.T
-    return laplace_factor(hessian)
-
-
-# The data's standard error of the angle (radians) between two components' directions above which
-# their relative rotation is taken for loose (_loose_rotations). At 0.2 the scales' gap, whose
-# relative standard error is about twice the angle's, is within 2.5 standard errors of 0.
-# Diabetes, standardised, pPCA k=6, plain Laplace factor: the pairs at 0.21 and 0.37 rad (at the
-# mode) got adapted inverse masses of 13-37 on one coordinate of each column (seeds 0 and 14),
-# every other coordinate at most 7.
-_LOOSE_ANGLE = 0.2
-
-
-def _loose_rotations(hessian: np.ndarray, index: np.ndarray, z: np.ndarray, oriented: int) -> np.ndarray:
-    """An orthonormal basis (p, m) of the coordinates of ``Z`` in the planes of loosely oriented pairs.
-
-    At the mode ``Z^T Z = I`` (the expansion's mode; the data see only
-    ``U``), so ``Z = U``, and moving ``z_a`` by ``t`` along ``u_b``
-    (``a < b``) turns ``u_a`` towards ``u_b`` by the angle ``t``. The
-    Hessian's curvature along that move is ``2 c`` (the expansion's: ``tr
-    G`` grows by ``t^2``, ``det G`` is unchanged) plus the data's precision
-    of the angle; for pPCA at the ML point the latter is Anderson's (1963)
-    ``n (l_a - l_b)^2 / (l_a l_b)``, ``l`` the covariance's eigenvalues. A
-    pair whose precision is below ``_LOOSE_ANGLE^-2`` contributes ``z_a``'s
-    and ``z_b``'s coordinates along ``u_a`` and ``u_b``.
-
-    Examples
-    --------
-    Two columns in d = 2 whose rotation has only the expansion's curvature:
-
-    >>> h = 16.0 * np.eye(4)
-    >>> _loose_rotations(h, np.arange(4).reshape(2, 2), np.eye(2), 2).shape
-    (4, 4)
-    >>> _loose_rotations(h + 100.0 * np.eye(4), np.arange(4).reshape(2, 2), np.eye(2), 2).shape
-    (4, 0)
-    """
-    u, _ = np.linalg.qr(z[:, :oriented])
-    vectors = {}
-    for a in range(oriented):
-        block = hessian[np.ix_(index[:, a], index[:, a])]
-        for b in range(a + 1, oriented):
-            precision = u[:, b] @ block @ u[:, b] - 2.0 * EXPANSION_CONCENTRATION
-            if precision < _LOOSE_ANGLE**-2:
-                vectors.update({(i, j): None for i in (a, b) for j in (a, b)})
-    basis = np.zeros((hessian.shape[0], len(vectors)))
-    for m, (i, j) in enumerate(vectors):
-        basis[index[:, i], m] = u[:, j]
-    return basis
-
-
+    return laplace.localized_factor(hessian, index, np.asarray(centre)[index], oriented, min(free, oriented))
 def _site_offset(static: _Static, site: str) -> int | None:
     """Where ``site`` starts in the raveled parameters (``static.layout``'s order); None if absent."""
     offset = 0
@@ -1037,7 +850,7 @@ def sample_model(
     :func:`~bayespca.models.mixture_ppca`): Newton from ``start`` to the
     mode, NUTS in the Laplace-whitened coordinates ``theta = theta_0 + S
     xi`` there (``S S^T`` the inverse Hessian of the potential, eigenvalues
-    floored: :func:`laplace_factor`), each chain started at a draw of that
+    floored: :func:`bayespca.inference.laplace.laplace_factor`), each chain started at a draw of that
     approximation. Compiled once per ``(model, options)`` and shapes: a fit
     of new rows of the same shape reuses the programs. Chains that fail the
     users' check (:func:`bayespca.posterior.diagnose`, on R-hat and ESS of
@@ -1081,7 +894,7 @@ def sample_model(
     key = as_key(random_state)
     finish_compiling = _compile_ahead(run, key, None, static, data)
     data["centre"], hessian = _best_mode(static, data, [_ravel(theta)])
-    data["factor"] = laplace_factor(hessian)
+    data["factor"] = laplace.laplace_factor(hessian)
     if finish_compiling is not None:
         finish_compiling()
     sites, stats, chains, _ = _sample(static, data, run, key, 1.0, None)
@@ -1349,7 +1162,7 @@ def fit_nuts(
         again = jax.random.fold_in(key, 1)
         cartesian = _run(static, data, sampling, again, init_scale, search, _AGAIN + "Cartesian column")
         draws, chains, xi = _better((draws, chains, xi), cartesian, check)
-    free = _free_columns(ml, n)
+    free = laplace.free_columns(ml, n)
     draws, chains = _run_again((draws, chains, xi), sampling, key, check, loadings, free)
     short = functools.partial(_shortfall, check=check)
     draws, chains = _run_on((draws, chains), sampling, key, (check, free, short), progress_bar)
@@ -1539,7 +1352,7 @@ def _whitened_again(chains: Chains, kwargs: dict, n: int) -> tuple:
         if chains.own_metric:
             before, _ = _best_mode(static, {"kwargs": old["kwargs"]}, [old["centre"]])
             return old["centre"] + (mode - before), old["factor"]
-        free = _free_columns(chains.report[2], n)
+        free = laplace.free_columns(chains.report[2], n)
         factor = _localized_factor(static, {"kwargs": kwargs}, hessian, free, mode)
         u, _, vt = np.linalg.svd(factor.T @ old["factor"])
         return mode, factor @ (u @ vt)
@@ -1670,7 +1483,7 @@ def _run_again(run: tuple, sampling: tuple, key, check: _Check, loadings: Any, f
     Shorter chains fail the check by their length, which another run of the same length does not
     change. ``run`` is ``(draws, chains, xi)``; ``sampling`` as in :func:`_run`; ``check`` the
     :class:`_Check`; ``loadings`` the resolved loadings prior; ``free`` the columns within the noise
-    (:func:`_free_columns`). Returns ``(draws, chains)``.
+    (:func:`bayespca.inference.laplace.free_columns`). Returns ``(draws, chains)``.
     """
     draws, chains, xi = run
     if xi.shape[1] < _PILOT_MIN_DRAWS or _chains_agree(draws, check):
@@ -2008,8 +1821,8 @@ def _preconditioned(noise, columns, identification, loadings, data, start, ahead
     # The horseshoe with W free: unit-free coordinates, where a Laplace fit at one of the rotation's
     # peaks misleads. On its triangle the Laplace factor finds what a diagonal mass misses (breast
     # cancer, k = 2: the scale of W's first column across ~30 loadings; bulk ESS 162-309 -> 635-895).
-    laplace = reparam is None or identification == "lower_triangular"
-    if not laplace:
+    by_laplace = reparam is None or identification == "lower_triangular"
+    if not by_laplace:
         factor = np.ones(centre.size)
         init_scale = 0.1 * min(1.0, 10.0 / np.sqrt(n))
     elif centre.size <= _MAX_LAPLACE_SIZE:
@@ -2030,13 +1843,13 @@ def _preconditioned(noise, columns, identification, loadings, data, start, ahead
         # size measured (p = 300: 0.07 s against 1.3 s; p = 2000: 3.6 s against 10.2 s).
         with serial_blas(0):
             centre, hessian = _best_mode(static, data, starts)
-            factor = _laplace_at(static, data, centre, hessian, _free_columns(ml, n))
+            factor = _laplace_at(static, data, centre, hessian, laplace.free_columns(ml, n))
         if finish_compiling is not None:
             finish_compiling()
     else:
         factor = _rough_scales(theta, n, variances)
     data["centre"], data["factor"] = centre, factor
-    at_mode = laplace and centre.size <= _MAX_LAPLACE_SIZE
+    at_mode = by_laplace and centre.size <= _MAX_LAPLACE_SIZE
     sampler = _refined_at_centre(static, data) if at_mode and dict(options)["refine_precision"] else static
     return static, sampler, init_scale
 

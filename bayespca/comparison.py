@@ -52,7 +52,7 @@ from arviz_stats.loo.wrapper import SamplingWrapper
 from xarray import DataArray
 
 from bayespca.data import as_float_matrix
-from bayespca.messages import MORE_DRAWS, shown_above, warn
+from bayespca.messages import MORE_DRAWS, progress, shown_above, warn
 from bayespca.params import as_generator, check_bool, check_choice, check_number
 from bayespca.psis import psis_loo
 
@@ -511,15 +511,10 @@ def _ml_fit(estimator: type, k: int, X):
 
 def _with_progress(ks: list[int], seeds, progress_bar: bool | None):
     """``(k, seed)`` pairs, shown as a progress bar (None: in a terminal or a notebook only)."""
-    from bayespca.messages import interactive
-
-    show = interactive() if progress_bar is None else check_bool(progress_bar, "progress_bar")
+    show = None if progress_bar is None else check_bool(progress_bar, "progress_bar")
     pairs = list(zip(ks, seeds, strict=True))
-    if not show:
-        return pairs
-    from tqdm.auto import tqdm
-
-    return tqdm(pairs, desc="n_components", unit="k")
+    bar = progress(show, iterable=pairs, desc="n_components", unit="k")
+    return pairs if bar is None else bar
 
 
 def _reraise(caught: list, k: int) -> None:

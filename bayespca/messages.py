@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import warnings
 
-__all__ = ["MORE_DRAWS", "interactive", "shown_above", "warn"]
+__all__ = ["MORE_DRAWS", "interactive", "progress", "shown_above", "warn"]
 
 # The end of a sampler's warning about R-hat or ESS where the estimator's chains can run on (PPCA,
 # FactorAnalysis: bayespca.posterior.diagnose); callers that hand the user no such estimator
@@ -63,3 +63,22 @@ def interactive() -> bool:
         return True
     stream = getattr(sys, "stderr", None)
     return bool(stream is not None and hasattr(stream, "isatty") and stream.isatty())
+
+
+def progress(progress_bar: bool | None, **options):
+    """A ``tqdm`` progress bar made with ``options``, or None where ``progress_bar`` asks for none.
+
+    ``progress_bar`` None shows one only where a person is likely watching
+    (:func:`interactive`). ``tqdm.auto`` draws a widget in a notebook and
+    text in a terminal; it is imported only when a bar is shown.
+
+    Examples
+    --------
+    >>> progress(False, total=10) is None
+    True
+    """
+    if not (interactive() if progress_bar is None else progress_bar):
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(**options)

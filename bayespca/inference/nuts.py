@@ -123,6 +123,7 @@ from bayespca.inference import closed_form, laplace, rotated_factor
 from bayespca.inference.contract import Draws, Fit, ModelSpec
 from bayespca.inference.rotated_factor import RotatedFactor
 from bayespca.inference.threads import serial_blas
+from bayespca.messages import progress
 from bayespca.models import (
     MODELS,
     draws_marginal_log_likelihood,
@@ -520,7 +521,7 @@ def _run_chains(static, settings, data, start, lengths, chain_method, progress_b
     num_chains = init.z.shape[0]
     num_warmup, num_samples = lengths
     chunks = -(-(num_warmup + num_samples) // _CHUNK)
-    bar = _progress(num_chains * chunks * _CHUNK, progress_bar, label)
+    bar = progress(progress_bar, total=num_chains * chunks * _CHUNK, desc=label, unit="it")
     if chain_method == "vectorized":
         states = _start_all(static, settings, data, init, keys)
     else:
@@ -672,17 +673,6 @@ def _cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
-
-
-def _progress(total: int, progress_bar: bool | None, label: str = "NUTS"):
-    """A tqdm bar over the transitions labelled ``label`` (None: shown in a terminal or a notebook only)."""
-    from bayespca.messages import interactive
-
-    if not (interactive() if progress_bar is None else progress_bar):
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=label, unit="it")
 
 
 # The sites of pPCA and FA that fit_nuts reads back (not the coordinates of W).
@@ -1368,7 +1358,7 @@ def _transitions(chains: Chains, data: dict, lengths: tuple, progress_bar: bool 
     skip, count, thinning = (*lengths, 1)[:3]
     num_chains = len(chains.states) if isinstance(chains.states, list) else chains.states.z.shape[0]
     chunks = -(-(skip + thinning * count) // _CHUNK)
-    bar = _progress(num_chains * chunks * _CHUNK, progress_bar, label)
+    bar = progress(progress_bar, total=num_chains * chunks * _CHUNK, desc=label, unit="it")
     static = chains.static
     out, states = _advanced(static, chains.settings, data, chains.states, chunks, chains.chain_method, bar)
     if bar is not None:

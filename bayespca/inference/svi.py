@@ -69,6 +69,7 @@ from bayespca.inference.closed_form import check_rows_leave_noise
 from bayespca.inference.contract import Draws, Fit, ModelSpec
 from bayespca.inference.threads import serial_blas
 from bayespca.linalg import centred_scatter
+from bayespca.messages import progress
 from bayespca.models import (
     MODELS,
     identification_for,
@@ -828,13 +829,7 @@ def _run(
     their average (Polyak-Ruppert) is much closer to it.
     """
     chunk = min(_CHUNK, num_steps)
-    bar = None
-    from bayespca.messages import interactive
-
-    if interactive() if progress_bar is None else progress_bar:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=num_steps, desc="SVI")
+    bar = progress(progress_bar, total=num_steps, desc="SVI")
     windows: list[np.ndarray] = []
     averages: list = []
     passes = 0

@@ -99,10 +99,8 @@ recorded as ``"signed_permutation"``).
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import functools
-import os
-import signal
-import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -119,7 +117,7 @@ from bayespca import priors as prior_classes
 from bayespca.cache import enable_compilation_cache, release_compiled_programs
 from bayespca.convergence import ess_mean
 from bayespca.gaussian import LowRankGaussian, canonical_loadings, capacitance_norm
-from bayespca.inference import closed_form, laplace, rotated_factor
+from bayespca.inference import chain_runner, closed_form, laplace, rotated_factor
 from bayespca.inference.contract import Draws, Fit, ModelSpec
 from bayespca.inference.rotated_factor import RotatedFactor
 from bayespca.inference.threads import serial_blas
@@ -521,69 +519,34 @@ def _run_chains(static, settings, data, start, lengths, chain_method, progress_b
     num_chains = init.z.shape[0]
     num_warmup, num_samples = lengths
     chunks = -(-(num_warmup + num_samples) // _CHUNK)
-    bar = progress(progress_bar, total=num_chains * chunks * _CHUNK, desc=label, unit="it")
     if chain_method == "vectorized":
         states = _start_all(static, settings, data, init, keys)
     else:
         states = [_start_one(static, settings, data, jax.tree.map(lambda a, c=c: a[c], init), chain_keys[c])
                   for c in range(num_chains)]
-    out, states = _advanced(static, settings, data, states, chunks, chain_method, bar)
-    if bar is not None:
-        bar.close()
+    out, states = _advanced(static, settings, data, states, chunks, chain_method, (progress_bar, label))
     xi, extra = _kept(out, num_warmup, num_samples)
     return xi, extra, states
 
 
-def _advanced(static, settings, data, states, chunks, chain_method, bar):
+def _advanced(static, settings, data, states, chunks, chain_method, shown: tuple):
     """``chunks`` compiled chunks of transitions from ``states`` (one batched state where
-    ``"vectorized"``, else one per chain): their outputs (chain, draw, ...) and the final states."""
-    with _CtrlC() as interrupt:
+    ``"vectorized"``, else one per chain): their outputs (chain, draw, ...) and the final states.
+    ``shown`` is ``(progress_bar, label)``: the bar counts every transition of every chain."""
+    num_chains = len(states) if isinstance(states, list) else states.z.shape[0]
+    bar = progress(shown[0], total=num_chains * chunks * _CHUNK, desc=shown[1], unit="it")
+    with chain_runner.Interrupt() as interrupt, bar if bar is not None else contextlib.nullcontext():
         if chain_method == "vectorized":
             advance = functools.partial(_advance_all, static, settings, data)
-            done = _chunks(advance, states, chunks, 1, bar, interrupt)
+            done = chain_runner.in_chunks(advance, states, chunks, 1, bar, interrupt)
         else:
-            workers = 1 if chain_method == "sequential" else min(len(states), _cpus())
+            workers = 1 if chain_method == "sequential" else min(len(states), chain_runner.usable_cpus())
             advance = functools.partial(_advance_one, static, settings, data)
-            runs = _on_threads(advance, states, chunks, bar, workers, interrupt)
+            runs = chain_runner.on_threads(advance, states, chunks, bar, workers, interrupt)
         interrupt.raise_if_seen()
     if chain_method == "vectorized":
         return done
     return jax.tree.map(lambda *a: np.stack(a), *(out for out, _ in runs)), [state for _, state in runs]
-
-
-class _CtrlC:
-    """Ctrl-C while chains run, noted where it lands and raised between chunks (:meth:`raise_if_seen`).
-
-    Python raises ``KeyboardInterrupt`` in whatever the main thread runs when
-    the signal is handled, and one raised in a garbage-collection callback
-    (JAX registers one) is printed and dropped: on one core the chains ran
-    on to their last draw (2,000,000 a chain). Only the main thread can
-    take the signal, and only over Python's own handler (a program that
-    ignores or handles Ctrl-C itself keeps its way); elsewhere inert.
-    """
-
-    def __init__(self):
-        self.seen, self._previous = False, None
-
-    def is_set(self) -> bool:  # as a threading.Event's: :func:`_chunks` stops on it
-        return self.seen
-
-    def raise_if_seen(self):
-        if self.seen:
-            raise KeyboardInterrupt
-
-    def _note(self, signum, frame):
-        self.seen = True
-
-    def __enter__(self):
-        main = threading.current_thread() is threading.main_thread()
-        if main and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            self._previous = signal.signal(signal.SIGINT, self._note)
-        return self
-
-    def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
 
 
 def _kept(out: tuple, skip: int, count: int, step: int = 1) -> tuple[np.ndarray, dict]:
@@ -597,82 +560,8 @@ def _kept(out: tuple, skip: int, count: int, step: int = 1) -> tuple[np.ndarray,
     return xi, fields
 
 
-def _chunks(advance, state, chunks, axis, bar, stop=None):
-    """The outputs of ``chunks`` calls of ``advance`` from ``state``, joined along the draws' ``axis``,
-    and the state after the last.
-
-    Returns None if ``stop`` (an event) is set before the last. Each
-    chunk's output comes back to NumPy as it is made (operations on JAX
-    arrays outside a compiled program compile programs of their own).
-    """
-    pieces = []
-    for _ in range(chunks):
-        if stop is not None and stop.is_set():
-            return None
-        state, out = advance(state)
-        pieces.append(jax.tree.map(np.asarray, out))
-        if bar is not None:
-            bar.update(pieces[-1][-1].size)  # the chunk's transitions: one step size each
-    return jax.tree.map(lambda *a: np.concatenate(a, axis=axis), *pieces), state
-
-
-def _on_threads(advance, states, chunks, bar, workers, interrupt):
-    """Each chain's :func:`_chunks` from its state in ``states``, on ``workers`` threads.
-
-    XLA runs a compiled program without holding the GIL, so chains on
-    threads run at once on a CPU's cores; each chain is the same sequence
-    of calls whatever the number of threads, so the draws do not depend on
-    it or on the threads' timing. One-chain programs also compile in about
-    half the time of the vectorized one (d=20, k=3: 1.6 s against 3.1 s,
-    tracing included). The progress bar is moved by the calling thread
-    only (a notebook's widget belongs to it). One worker runs the chains in
-    the calling thread, under its JAX settings (``jax.default_device``, ...),
-    which threads do not inherit. ``interrupt`` (:class:`_CtrlC`) stops them
-    between chunks.
-    """
-    if workers == 1:
-        return [_chunks(advance, state, chunks, 0, bar, interrupt) for state in states]
-    counter, stop = _Counter(), threading.Event()
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        runs = [pool.submit(_chunks, advance, state, chunks, 0, counter, stop) for state in states]
-        try:
-            # Short waits: an interrupt (Ctrl-C, a notebook's stop button) is seen within one, and
-            # a chain's error at once.
-            pending, shown = runs, 0
-            while pending:
-                done, pending = concurrent.futures.wait(pending, 0.2, concurrent.futures.FIRST_EXCEPTION)
-                for run in done:
-                    run.result()
-                interrupt.raise_if_seen()
-                if bar is not None:
-                    bar.update(counter.value - shown)
-                    shown = counter.value
-            return [run.result() for run in runs]
-        finally:
-            stop.set()  # on an interrupt or an error, the other chains stop after their current chunk
-
-
-class _Counter:
-    """The transitions the chains' threads have made (``update`` as a progress bar's)."""
-
-    def __init__(self):
-        self.value = 0
-        self._lock = threading.Lock()
-
-    def update(self, n: int):
-        with self._lock:
-            self.value += n
-
-
 # The progress bar of a second run, which the first run's chains failing the users' check started.
 _AGAIN = "NUTS again, check failed: "
-
-
-def _cpus() -> int:
-    """The number of CPUs this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 # The sites of pPCA and FA that fit_nuts reads back (not the coordinates of W).
@@ -1356,13 +1245,10 @@ def _transitions(chains: Chains, data: dict, lengths: tuple, progress_bar: bool 
     site where it is set (:func:`sample_model`), else the Gaussian models' (:func:`_draws`)."""
     release_compiled_programs()
     skip, count, thinning = (*lengths, 1)[:3]
-    num_chains = len(chains.states) if isinstance(chains.states, list) else chains.states.z.shape[0]
     chunks = -(-(skip + thinning * count) // _CHUNK)
-    bar = progress(progress_bar, total=num_chains * chunks * _CHUNK, desc=label, unit="it")
     static = chains.static
-    out, states = _advanced(static, chains.settings, data, chains.states, chunks, chains.chain_method, bar)
-    if bar is not None:
-        bar.close()
+    out, states = _advanced(static, chains.settings, data, chains.states, chunks, chains.chain_method,
+                            (progress_bar, label))
     xi, extra = _kept(out, skip, count, thinning)
     kept = _KEPT_SITES if chains.to_draws is None else None
     sites = jax.tree.map(np.asarray, _constrained_draws(static, data, xi.reshape(-1, xi.shape[-1]), kept))

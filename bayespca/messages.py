@@ -5,7 +5,8 @@ package's own frames (``warnings.warn(..., skip_file_prefixes=...)``,
 Python >= 3.12): a user sees the line of *their* code that asked for the
 work, not a line inside bayespca. Numbers compared with a threshold are
 printed by :func:`shown_above` with enough digits to read on the right side
-of it.
+of it. Progress bars (:func:`progress`) show where a person is likely
+watching (:func:`interactive`) unless the user says otherwise.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ __all__ = ["free_columns", "laplace_factor", "localized_factor", "loose_rotation
 
 
 def laplace_factor(hessian: np.ndarray) -> np.ndarray:
-    """``S`` with ``S S^T`` the inverse of ``hessian``, its variances capped at 10.
+    """``S`` (p, p) with ``S S^T`` the inverse of ``hessian`` (p, p), its variances capped at 10.
 
     Flat or curved-down directions (should Newton stop short of the mode, or
     a start be the ML point rather than the posterior's mode) get a standard
@@ -99,7 +99,7 @@ _BULK_MARGIN = 1.2
 
 
 def free_columns(g: LowRankGaussian, n: int) -> int:
-    """How many of the ML fit ``g``'s components lie within the noise's bulk: the data do not orient them.
+    """How many (0..k) of the ML fit ``g``'s k components lie within the noise's bulk: unoriented by the data.
 
     With ``Psi``-whitened loadings ``A = Psi^{-1/2} W``, the fit's
     covariance has eigenvalues ``1 + eig(A^T A)`` against the noise. Pure
@@ -129,7 +129,8 @@ def localized_factor(
     ``hessian`` (p, p) is the potential's at the mode, ``index`` (d, width)
     where ``Z[i, j]`` sits among its p parameters and ``z`` (d, width) the
     value of ``Z`` at the mode; the first ``oriented`` columns are polar and
-    active, of which the last ``free`` lie within the noise. Column ``j`` of
+    active, of which the last ``free`` (``0 <= free <= oriented``) lie within
+    the noise. Column ``j`` of
     ``U`` is column ``j`` of ``Z`` made orthogonal to the ones before and
     normalised. Where the data orient it (a component of signal) the
     Laplace approximation at the mode describes how it turns. It does not

@@ -14,17 +14,19 @@ runner adds three things that make it fast:
    ``xi`` with ``theta = theta_0 + S xi``, ``S S^T`` the inverse Hessian of
    the potential at ``theta_0`` (eigenvalues floored, and equilibrated by
    the diagonal first where they span more than a double resolves,
-   :func:`bayespca.inference.laplace.modified_eigen`): NUTS sees
+   :func:`~bayespca.inference.laplace.modified_eigen`): NUTS sees
    near-unit-scale geometry whatever ``n`` or the data's units, and each
    chain starts at a draw of that approximation. An affine map: the
    posterior is unchanged. A polar column whose direction the data leave
    free (one beyond the data's rank) gets the polar expansion's own scale
    there instead: the Laplace approximation at the mode misdescribes a
-   direction that roams its sphere (:func:`bayespca.inference.laplace.localized_factor`; d = 20, rank 3,
+   direction that roams its sphere
+   (:func:`~bayespca.inference.laplace.localized_factor`; d = 20, rank 3,
    k = 4: 27 -> 18 leapfrog steps a draw). So do two columns whose relative
    rotation the data leave loose (close eigenvalues), in their plane only
-   (diabetes, standardised, k = 6: the divergent transitions went). A dense ``S`` costs ``O(p^2)``
-   per gradient, which dominates from a few hundred parameters on; for pPCA the Laplace
+   (diabetes, standardised, k = 6: the divergent transitions went). A dense
+   ``S`` costs ``O(p^2)`` per gradient, which dominates from a few hundred
+   parameters on (:mod:`bayespca.inference.laplace`); for pPCA the Laplace
    covariance is exactly block-structured once ``Z`` and ``mu`` are rotated
    by the data's principal axes, and above :data:`_ROTATED_ABOVE`
    parameters (from 30 features) ``S`` is that ``O(d^2 k)`` factor
@@ -347,7 +349,7 @@ def _mode(static: _Static, data: dict, start: np.ndarray) -> tuple[np.ndarray, n
     (diabetes, FA k=1: one chain of four 10 nats below the others, R-hat
     1.5). Steps use the Hessian with its eigenvalues replaced by
     ``max(|lambda|, 0.1)`` (saddles and flat directions are left downhill;
-    :func:`bayespca.inference.laplace.modified_eigen`), at most 3 long, with backtracking to
+    :func:`~bayespca.inference.laplace.modified_eigen`), at most 3 long, with backtracking to
     sufficient decrease.
     """
     x = np.asarray(start, dtype=float)
@@ -407,11 +409,11 @@ def _raised_noise(ml: LowRankGaussian, noise_prior) -> LowRankGaussian | None:
 def _localized_factor(
     static: _Static, data: dict, hessian: np.ndarray, free: int, centre: np.ndarray
 ) -> np.ndarray:
-    """:func:`bayespca.inference.laplace.localized_factor` at the mode ``centre``, read off the layout.
+    """:func:`~bayespca.inference.laplace.localized_factor` at the mode ``centre``, read off the layout.
 
-    ``free`` columns of ``Z`` lie within the noise (:func:`bayespca.inference.laplace.free_columns`);
+    ``free`` columns of ``Z`` lie within the noise (:func:`~bayespca.inference.laplace.free_columns`);
     a Cartesian last column (``last_column_scale``) is left to the Hessian. Without ``Z``, the plain
-    :func:`bayespca.inference.laplace.laplace_factor`.
+    :func:`~bayespca.inference.laplace.laplace_factor`.
     """
     offset = _site_offset(static, "Z")
     if offset is None:
@@ -423,6 +425,8 @@ def _localized_factor(
         oriented -= 1
     index = offset + np.arange(d)[:, None] * width + np.arange(width)  # where Z[i, j] is
     return laplace.localized_factor(hessian, index, np.asarray(centre)[index], oriented, min(free, oriented))
+
+
 def _site_offset(static: _Static, site: str) -> int | None:
     """Where ``site`` starts in the raveled parameters (``static.layout``'s order); None if absent."""
     offset = 0
@@ -524,17 +528,17 @@ def _run_chains(static, settings, data, start, lengths, chain_method, progress_b
     else:
         states = [_start_one(static, settings, data, jax.tree.map(lambda a, c=c: a[c], init), chain_keys[c])
                   for c in range(num_chains)]
-    out, states = _advanced(static, settings, data, states, chunks, chain_method, (progress_bar, label))
+    out, states = _advanced(static, settings, data, states, chunks, chain_method, progress_bar, label)
     xi, extra = _kept(out, num_warmup, num_samples)
     return xi, extra, states
 
 
-def _advanced(static, settings, data, states, chunks, chain_method, shown: tuple):
+def _advanced(static, settings, data, states, chunks, chain_method, progress_bar, label):
     """``chunks`` compiled chunks of transitions from ``states`` (one batched state where
     ``"vectorized"``, else one per chain): their outputs (chain, draw, ...) and the final states.
-    ``shown`` is ``(progress_bar, label)``: the bar counts every transition of every chain."""
+    The progress bar, ``label``, counts every transition of every chain."""
     num_chains = len(states) if isinstance(states, list) else states.z.shape[0]
-    bar = progress(shown[0], total=num_chains * chunks * _CHUNK, desc=shown[1], unit="it")
+    bar = progress(progress_bar, total=num_chains * chunks * _CHUNK, desc=label, unit="it")
     with chain_runner.Interrupt() as interrupt, bar if bar is not None else contextlib.nullcontext():
         if chain_method == "vectorized":
             advance = functools.partial(_advance_all, static, settings, data)
@@ -729,7 +733,7 @@ def sample_model(
     :func:`~bayespca.models.mixture_ppca`): Newton from ``start`` to the
     mode, NUTS in the Laplace-whitened coordinates ``theta = theta_0 + S
     xi`` there (``S S^T`` the inverse Hessian of the potential, eigenvalues
-    floored: :func:`bayespca.inference.laplace.laplace_factor`), each chain started at a draw of that
+    floored: :func:`~bayespca.inference.laplace.laplace_factor`), each chain started at a draw of that
     approximation. Compiled once per ``(model, options)`` and shapes: a fit
     of new rows of the same shape reuses the programs. Chains that fail the
     users' check (:func:`bayespca.posterior.diagnose`, on R-hat and ESS of
@@ -1248,7 +1252,7 @@ def _transitions(chains: Chains, data: dict, lengths: tuple, progress_bar: bool 
     chunks = -(-(skip + thinning * count) // _CHUNK)
     static = chains.static
     out, states = _advanced(static, chains.settings, data, chains.states, chunks, chains.chain_method,
-                            (progress_bar, label))
+                            progress_bar, label)
     xi, extra = _kept(out, skip, count, thinning)
     kept = _KEPT_SITES if chains.to_draws is None else None
     sites = jax.tree.map(np.asarray, _constrained_draws(static, data, xi.reshape(-1, xi.shape[-1]), kept))
@@ -1359,7 +1363,7 @@ def _run_again(run: tuple, sampling: tuple, key, check: _Check, loadings: Any, f
     Shorter chains fail the check by their length, which another run of the same length does not
     change. ``run`` is ``(draws, chains, xi)``; ``sampling`` as in :func:`_run`; ``check`` the
     :class:`_Check`; ``loadings`` the resolved loadings prior; ``free`` the columns within the noise
-    (:func:`bayespca.inference.laplace.free_columns`). Returns ``(draws, chains)``.
+    (:func:`~bayespca.inference.laplace.free_columns`). Returns ``(draws, chains)``.
     """
     draws, chains, xi = run
     if xi.shape[1] < _PILOT_MIN_DRAWS or _chains_agree(draws, check):

@@ -62,7 +62,11 @@ Identification. ``W`` is identified only up to ``W R`` (``R`` orthogonal).
 ``"none"`` and ``"procrustes"``
     ``W`` sampled from its prior in the prior's own coordinates (site
     ``"W"``, or the horseshoe's sites); ``"procrustes"`` only tells the NUTS
-    runner to align draws afterwards.
+    runner to align draws afterwards. With a rotation-invariant prior the
+    posterior is constant along each orbit ``W R`` (``R`` orthogonal), over
+    which chains wander; ``gauge`` holds them near one orientation without
+    changing the posterior of anything rotation-invariant
+    (:func:`gauge_log_density`).
 
 In every case ``"W"`` is recorded (a deterministic site when built by an
 identified map). Without data (prior predictive) ``W`` is drawn from its
@@ -110,13 +114,16 @@ from bayespca.statistics import MissingPatterns, StackedPatterns, SufficientStat
 __all__ = [
     "DEFAULT_IDENTIFICATION",
     "EXPANSION_CONCENTRATION",
+    "GAUGE_CONCENTRATION",
     "IDENTIFICATIONS",
     "factor_analysis",
+    "gauge_log_density",
     "identification_for",
     "initial_values",
     "lower_entries",
     "lower_triangular",
     "pivot_anchors",
+    "polar_factor",
     "draws_marginal_log_likelihood",
     "marginal_log_likelihood",
     "ppca",
@@ -136,6 +143,13 @@ _NOISE_SITE = {"isotropic": "sigma", "diagonal": "psi"}
 # Concentration c of the density of the polar expansion (see expansion_log_density): alone, it gives
 # Z's entries a variance of 1 / (2 c) about the Stiefel manifold.
 EXPANSION_CONCENTRATION = 8.0
+# Concentration kappa of the gauge on W's orientation (see gauge_log_density): the angle of a rotation in
+# one plane of columns has standard deviation about 1 / sqrt(2 kappa) = 0.25 rad where the data leave it
+# free. Breast cancer, standardised, FA k = 19 sampled in W's coordinates (2 chains x 300 + 100, seed 0):
+# 511 leapfrog steps a draw without it (the chains turned 160-180 degrees), 255 at kappa = 2, 127 at 8.
+GAUGE_CONCENTRATION = 8.0
+# Scaled Newton steps of polar_factor: from a condition number of 1e5, 10 reach rounding error.
+_POLAR_STEPS = 14
 
 
 def identification_for(identification: str | None, noise: str, loadings: Any) -> str:
@@ -192,6 +206,50 @@ def expansion_log_density(chol: jax.Array) -> jax.Array:
     """
     k = chol.shape[-1]
     return -EXPANSION_CONCENTRATION * (jnp.sum(chol * chol) - 2.0 * jnp.sum(jnp.log(jnp.diag(chol))) - k)
+
+
+def polar_factor(m: jax.Array) -> jax.Array:
+    """The orthogonal factor ``Q`` of the polar decomposition ``M = Q P`` of a nonsingular square ``M``.
+
+    ``Q = U V^T`` for the SVD ``M = U S V^T``: the orthogonal matrix nearest ``M``. Computed by
+    Higham's scaled Newton iteration ``X <- (zeta X + X^{-T} / zeta) / 2``, ``zeta =
+    sqrt(|X^{-1}|_F / |X|_F)``, differentiable where the SVD's derivative is not (it divides by
+    differences of singular values, which meet where factors are weak). The inverses are k x k.
+
+    Examples
+    --------
+    >>> m = jnp.array([[2.0, 1.0], [0.0, 1.0]])
+    >>> q = polar_factor(m)
+    >>> bool(jnp.allclose(q.T @ q, jnp.eye(2))), bool(jnp.allclose(q.T @ m, (q.T @ m).T))
+    (True, True)
+    """
+    x = m
+    for _ in range(_POLAR_STEPS):
+        inverse_t = jnp.linalg.inv(x).T
+        zeta = jnp.sqrt(jnp.linalg.norm(inverse_t) / jnp.linalg.norm(x))
+        x = 0.5 * (zeta * x + inverse_t / zeta)
+    return x
+
+
+def gauge_log_density(w: jax.Array, reference: jax.Array) -> jax.Array:
+    """``kappa tr Q(W^T B)``: a density on ``W``'s orientation relative to ``B``, exact for its invariants.
+
+    ``Q`` is :func:`polar_factor`, ``B`` (d, k) the ``reference`` loadings and ``kappa``
+    :data:`GAUGE_CONCENTRATION`. Since ``Q((W R)^T B) = R^T Q(W^T B)`` for orthogonal ``R``, its
+    average over the orbit ``{W R}`` under Haar measure is ``E_R[exp(kappa tr R)]``, the same
+    constant for every ``W``: multiplied into a density invariant under ``W -> W R``, it leaves the
+    marginal of every rotation-invariant quantity (``W W^T``, the noise, the mean) exactly as it
+    was, and only holds the draws near ``B``'s orientation (a von Mises-Fisher density on the
+    orbit, largest where ``W^T B`` is symmetric positive definite). For k = 2 the constant is
+    ``(I_0(2 kappa) + 1) / 2``.
+
+    Examples
+    --------
+    >>> b = jnp.array([[1.0, 0.0], [0.0, 0.5], [0.2, 0.1]])
+    >>> round(float(gauge_log_density(b, b)), 10), 2 * GAUGE_CONCENTRATION  # Q(B^T B) = I
+    (16.0, 16.0)
+    """
+    return GAUGE_CONCENTRATION * jnp.trace(polar_factor(w.T @ reference))
 
 
 def lower_triangular(w: np.ndarray, anchors: Any = None) -> np.ndarray:
@@ -575,7 +633,7 @@ def _shape(X, suff_stats, n_samples, n_features, latent, subsample_size):
 
 def _low_rank_model(
     X, *, noise, n_components, n_samples, n_features, latent, prior, identification, subsample_size,
-    suff_stats, has_missing, reparam, refine_precision, active_components, last_column_scale, anchors,
+    suff_stats, has_missing, reparam, refine_precision, active_components, last_column_scale, anchors, gauge,
 ):
     """The model behind :func:`ppca` (isotropic noise) and :func:`factor_analysis`."""
     if latent not in _LATENTS:
@@ -592,6 +650,7 @@ def _low_rank_model(
     if X is None and suff_stats is None:
         ident = "none"  # prior predictive: W from its prior (see the module docstring)
     _check_chart(ident, p.loadings, (d, k), active_components, last_column_scale, anchors)
+    _check_gauge(gauge, ident, p.loadings, (d, k))
     if noise == "isotropic":
         sigma = numpyro.sample("sigma", p.noise)
         psi = jnp.full(d, sigma**2)
@@ -599,6 +658,8 @@ def _low_rank_model(
         psi = numpyro.sample("psi", p.noise)
     chart = (active_components, last_column_scale, anchors)
     W = _loadings(p.loadings, ident, d, k, psi, scales, noise == "isotropic", reparam, chart)
+    if gauge is not None:
+        numpyro.factor("gauge", gauge_log_density(W, jnp.asarray(gauge)))
     g = LowRankGaussian(W, psi, numpyro.sample("mu", p.mean))
     if suff_stats is not None:
         numpyro.factor("X", marginal_log_likelihood(g, suff_stats, refine=refine_precision))
@@ -640,6 +701,20 @@ def _check_chart(ident, loadings, shape, active_components, last_column_scale, a
             f"n_components >= 2 and no active_components; got identification={ident!r}, prior "
             f"{type(loadings).__name__}, n_components={k}, active_components={active_components}."
         )
+
+
+def _check_gauge(gauge, ident, loadings, shape):
+    """A ValueError where ``gauge`` is set outside ``W``'s own coordinates or a rotation-invariant prior, or
+    is not (d, k)."""
+    if gauge is None:
+        return
+    if ident not in ("none", "procrustes") or not loadings.rotation_invariant:
+        raise ValueError(
+            "gauge needs identification='none' or 'procrustes' and a rotation-invariant loadings prior "
+            f"(Normal, Flat) on data; got identification={ident!r}, prior {type(loadings).__name__}."
+        )
+    if np.shape(gauge) != shape:
+        raise ValueError(f"gauge must be reference loadings of shape {shape}; got shape {np.shape(gauge)}.")
 
 
 def _rows_likelihood(X, g, n, k, latent, subsample_size, has_missing):
@@ -730,13 +805,20 @@ _MODEL_PARAMETERS = """
         With ``identification="lower_triangular"`` and the horseshoe: the
         ``k`` distinct features ``p_1..p_k`` with ``W_{p_i l} = 0`` for
         ``l > i``; None: the first ``k``.
+    gauge : array of shape (d, k) or None, default=None
+        With ``identification="none"`` or ``"procrustes"`` and a
+        rotation-invariant prior: reference loadings ``B``; the factor site
+        ``"gauge"`` adds :func:`gauge_log_density`, which holds ``W``'s
+        orientation near ``B``'s and leaves the posterior of ``W W^T``, the
+        noise and the mean exactly as it was (the NUTS runner's, where it
+        samples ``W``'s own coordinates).
 """
 
 
 def ppca(
     X=None, *, n_components, n_samples=None, n_features=None, latent="marginal", prior=None,
     identification=None, subsample_size=None, suff_stats=None, has_missing=None, reparam=None,
-    refine_precision=True, active_components=None, last_column_scale=None, anchors=None,
+    refine_precision=True, active_components=None, last_column_scale=None, anchors=None, gauge=None,
 ):
     """Probabilistic PCA (Tipping & Bishop, 1999) as a NumPyro model.
 
@@ -765,14 +847,14 @@ def ppca(
         latent=latent, prior=prior, identification=identification, subsample_size=subsample_size,
         suff_stats=suff_stats, has_missing=has_missing, reparam=reparam,
         refine_precision=refine_precision, active_components=active_components,
-        last_column_scale=last_column_scale, anchors=anchors,
+        last_column_scale=last_column_scale, anchors=anchors, gauge=gauge,
     )
 
 
 def factor_analysis(
     X=None, *, n_components, n_samples=None, n_features=None, latent="marginal", prior=None,
     identification=None, subsample_size=None, suff_stats=None, has_missing=None, reparam=None,
-    refine_precision=True, active_components=None, last_column_scale=None, anchors=None,
+    refine_precision=True, active_components=None, last_column_scale=None, anchors=None, gauge=None,
 ):
     """Factor analysis as a NumPyro model.
 
@@ -797,7 +879,7 @@ def factor_analysis(
         latent=latent, prior=prior, identification=identification, subsample_size=subsample_size,
         suff_stats=suff_stats, has_missing=has_missing, reparam=reparam,
         refine_precision=refine_precision, active_components=active_components,
-        last_column_scale=last_column_scale, anchors=anchors,
+        last_column_scale=last_column_scale, anchors=anchors, gauge=gauge,
     )
 
 

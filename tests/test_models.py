@@ -299,6 +299,12 @@ def test_subsampled_plate_scales_the_likelihood():
         ({"n_components": 2, "prior": "horseshoe", "anchors": (0,)}, ValueError, "or 2 distinct"),
         ({"n_components": 2, "anchors": (0, 1)}, ValueError,
          "anchors needs identification='lower_triangular' and a prior that samples W's entries"),
+        ({"n_components": 2, "gauge": np.ones((D, 2))}, ValueError,
+         "gauge needs identification='none' or 'procrustes' and a rotation-invariant loadings prior"),
+        ({"n_components": 2, "identification": "none", "prior": "ard", "gauge": np.ones((D, 2))}, ValueError,
+         "got identification='none', prior ARD"),
+        ({"n_components": 2, "identification": "none", "gauge": np.ones((D, 3))}, ValueError,
+         r"gauge must be reference loadings of shape \(5, 2\); got shape \(5, 3\)"),
     ],
 )
 def test_bad_arguments_are_named(kwargs, error, match):
@@ -440,3 +446,50 @@ def test_horseshoe_triangle_start_gives_the_ml_loadings_with_zeros_at_the_anchor
     np.testing.assert_allclose(back @ back.T, w @ w.T, atol=1e-10)
     assert back[2, 1] == back[2, 2] == back[0, 2] == 0.0
     assert values["W_z"].size == lower_entries(6, 3, anchors).sum() == 18 - 3
+
+
+def _rotation(angle: float) -> np.ndarray:
+    return np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
+
+
+def test_gauge_gives_every_orbit_of_w_the_same_mass():
+    """The gauge ``exp(kappa tr Q((W R)^T B))`` averaged over ``R`` uniform on O(2) is
+    ``(I_0(2 kappa) + 1) / 2`` whatever ``W``: the rotations by ``t`` give ``exp(2 kappa cos t)``, of
+    mean ``I_0(2 kappa)``, the reflections (trace 0) 1. So the posterior of ``W W^T`` is unchanged.
+    Quadrature on 256 equally spaced angles (exact to rounding for this smooth periodic integrand), for
+    loadings of unequal, nearly equal and very unequal singular values, about one reference."""
+    from scipy.special import i0
+
+    from bayespca.models import GAUGE_CONCENTRATION, gauge_log_density
+
+    rng = np.random.default_rng(3)
+    b = rng.normal(size=(D, 2))
+    expected = (i0(2 * GAUGE_CONCENTRATION) + 1) / 2
+    angles = 2 * np.pi * np.arange(256) / 256
+    for singular in ([3.0, 0.5], [1.0, 0.999], [2.0, 1e-3]):
+        u = np.linalg.qr(rng.normal(size=(D, 2)))[0]
+        w = u * singular @ _rotation(rng.uniform(0, 2 * np.pi))
+        masses = [np.exp(float(gauge_log_density(w @ r, b)))
+                  for t in angles for r in (_rotation(t), _rotation(t) @ np.diag([1.0, -1.0]))]
+        assert np.mean(masses) == pytest.approx(expected, rel=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["ppca", "fa"])
+def test_gauge_adds_kappa_times_the_trace_of_scipys_polar_factor_to_the_log_joint(kind):
+    """The model's log joint with ``gauge=B`` minus without it is ``kappa tr Q``, ``Q`` the orthogonal
+    polar factor of ``W^T B`` by SciPy (from its SVD), at random points, k = 3."""
+    from scipy.linalg import polar
+
+    from bayespca.models import GAUGE_CONCENTRATION
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(N, D))
+    b = rng.normal(size=(D, 3))
+    for _ in range(3):
+        params, _ = _params(kind, rng)
+        params["W"] = rng.normal(size=(D, 3))
+        joint = [log_density(functools.partial(MODELS[kind], n_components=3, **gauge), (X,), {}, params)[0]
+                 for gauge in ({}, {"gauge": b}, {"gauge": b, "identification": "procrustes"})]
+        reference = GAUGE_CONCENTRATION * np.trace(polar(params["W"].T @ b)[0])
+        assert float(joint[1] - joint[0]) == pytest.approx(reference, rel=1e-12, abs=1e-10)
+        assert float(joint[2]) == pytest.approx(float(joint[1]), rel=1e-14)

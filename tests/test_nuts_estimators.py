@@ -384,6 +384,19 @@ def _recorded_runs(monkeypatch, failing_checks: float = 1, keep: bool = True) ->
     return runs
 
 
+def _assert_same_invariants(first, second, noise=lambda d: d.noise) -> None:
+    """The means of the noise variances (``noise`` of the draws) and of W W^T's eigenvalues of two runs'
+    draws agree within 4 Monte Carlo standard errors (each ``sd / sqrt(ESS)``, ArviZ's bulk ESS)."""
+    from bayespca.convergence import ess_bulk
+
+    for quantity in (noise, lambda d: np.linalg.svd(d.loadings, compute_uv=False) ** 2):
+        a, b = (np.asarray(quantity(d)) for d in (first, second))
+        a, b = (x.reshape(*x.shape[:2], -1) for x in (a, b))
+        for j in range(a.shape[-1]):
+            se = [x[..., j].std() / np.sqrt(ess_bulk(x[None, ..., j])[0]) for x in (a, b)]
+            assert abs(a[..., j].mean() - b[..., j].mean()) < 4 * np.hypot(*se)
+
+
 def _assert_metric_of_the_draws(first_factor: np.ndarray, new_factor: np.ndarray, z: np.ndarray,
                                 shape: tuple) -> tuple[int, int]:
     """The second run's metric ``F F^T`` seen in the first run's whitened coordinates (``S^-1 F``; the
@@ -451,7 +464,6 @@ def test_chains_that_fail_the_check_run_again_on_their_draws_metric_and_the_same
     Carlo standard errors (sd / sqrt(bulk ESS) of each run). Breast cancer FA k = 7, whose chains
     this is for, is in ``benchmarks/bench_nuts_real.py`` (9 of 10 fits pass with it, none without;
     one fit is too few for a test that must pass on any machine's rounding)."""
-    from bayespca.convergence import ess_bulk
 
     runs = _recorded_runs(monkeypatch)
     X = load_wine().data
@@ -467,12 +479,7 @@ def test_chains_that_fail_the_check_run_again_on_their_draws_metric_and_the_same
     corrected, _ = _assert_metric_of_the_draws(chains.data["factor"], other.data["factor"], z, xi.shape[:2])
     assert corrected > 0
     np.testing.assert_array_equal(fit.sample_stats_["n_steps"], second.sample_stats["n_steps"])
-    for quantity in (lambda d: d.noise[..., 0], lambda d: np.linalg.svd(d.loadings, compute_uv=False) ** 2):
-        a, b = (np.asarray(quantity(d)) for d in (first, second))
-        a, b = (x.reshape(*x.shape[:2], -1) for x in (a, b))
-        for j in range(a.shape[-1]):
-            se = [x[..., j].std() / np.sqrt(ess_bulk(x[None, ..., j])[0]) for x in (a, b)]
-            assert abs(a[..., j].mean() - b[..., j].mean()) < 4 * np.hypot(*se)
+    _assert_same_invariants(first, second, lambda d: d.noise[..., 0])
 
 
 def test_a_second_run_in_ws_own_coordinates_takes_its_metric_across_the_rotation_not_along_it(monkeypatch):
@@ -486,7 +493,6 @@ def test_a_second_run_in_ws_own_coordinates_takes_its_metric_across_the_rotation
     from scipy.linalg import orthogonal_procrustes
 
     import bayespca.inference.nuts as nuts
-    from bayespca.convergence import ess_bulk
 
     runs = _recorded_runs(monkeypatch)
     X = load_wine().data
@@ -514,11 +520,41 @@ def test_a_second_run_in_ws_own_coordinates_takes_its_metric_across_the_rotation
     z = np.linalg.solve(chains.data["factor"], (turned - chains.data["centre"]).T).T
     _, none = _assert_metric_of_the_draws(chains.data["factor"], other.data["factor"], z, xi.shape[:2])
     assert none == k * (k - 1) // 2  # the rotation's tangents at the centre
-    for quantity in (lambda d: d.noise, lambda d: np.linalg.svd(d.loadings, compute_uv=False) ** 2):
-        a, b = (np.asarray(quantity(d)) for d in (first, second))
-        for j in range(a.shape[-1]):
-            se = [x[..., j].std() / np.sqrt(ess_bulk(x[None, ..., j])[0]) for x in (a, b)]
-            assert abs(a[..., j].mean() - b[..., j].mean()) < 4 * np.hypot(*se)
+    _assert_same_invariants(first, second)
+
+
+def test_fa_in_ws_own_coordinates_is_held_by_the_gauge_and_samples_the_same_posterior(monkeypatch):
+    """Standardised wine, FA k = 2, the polar chart made to reach its singularity and its check to
+    fail once: the second run samples ``W``'s own coordinates with the model's gauge about the ML
+    loadings ``B``. The likelihood and the prior see only ``W W^T``, so along the orbit the posterior
+    is the gauge alone: the angle ``t`` of the rotation ``Q(W^T B)`` is von Mises with concentration
+    ``2 kappa``, of mean cosine ``I_1(2 kappa) / I_0(2 kappa)``, which the draws' mean cosine meets
+    within 4 Monte Carlo standard errors. And the gauge leaves the invariants' posterior as it was:
+    the means of the noise variances and of W W^T's eigenvalues agree with the polar run's within 4."""
+    from scipy.linalg import polar
+    from scipy.special import i0, i1
+
+    import bayespca.inference.nuts as nuts
+    from bayespca.convergence import ess_bulk
+    from bayespca.models import GAUGE_CONCENTRATION
+
+    monkeypatch.setattr(nuts, "_near_degenerate", lambda *args: True)
+    runs = _recorded_runs(monkeypatch)
+    X = load_wine().data
+    X = (X - X.mean(0)) / X.std(0)
+    FactorAnalysis(2, method="nuts", num_samples=400, random_state=0, progress_bar=False).fit(X)
+    (first, _, _), (second, chains, xi) = runs
+    assert dict(chains.static.options)["identification"] == "none"
+    offset, (d, k) = nuts._site_offset(chains.static, "W"), dict(chains.static.layout)["W"]
+    theta = chains.data["centre"] + xi.reshape(-1, xi.shape[-1]) @ chains.data["factor"].T
+    b = chains.data["kwargs"]["gauge"]  # whatever B the model holds W to, the law of Q's angle is the same
+    rotations = [polar(row[offset:offset + d * k].reshape(d, k).T @ b)[0] for row in theta]
+    assert all(np.linalg.det(q) > 0 for q in rotations)  # no chain crossed to the reflections
+    cosines = np.array([np.trace(q) / 2 for q in rotations]).reshape(xi.shape[:2])
+    concentration = 2 * GAUGE_CONCENTRATION
+    se = cosines.std() / np.sqrt(ess_bulk(cosines[None])[0])
+    assert abs(cosines.mean() - i1(concentration) / i0(concentration)) < 4 * se
+    _assert_same_invariants(first, second)
 
 
 def test_fa_keeps_the_polar_run_where_ws_own_coordinates_mix_worse(monkeypatch, capsys):

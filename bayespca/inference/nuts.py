@@ -64,13 +64,18 @@ zero scale. Near the Ledermann bound the posterior of FA reaches there: a
 weak factor moves between the features it explains through states where
 its scale meets the next one's, and chains in polar coordinates cross
 between those states only rarely (diabetes, standardised, 5 factors: R-hat
-1.03-1.09, bulk ESS 38-103). ``W``'s own coordinates have no singularity
-(and a rotation to wander along instead, which costs 4-8 times the leapfrog
-steps). With the default identification, FA is therefore sampled again in
+1.03-1.09, bulk ESS 38-103). ``W``'s own coordinates have no singularity.
+With the default identification, FA is therefore sampled again in
 them when the Laplace approximation reaches the singularity (a log gap
 between scales with standard deviation above :data:`_DEGENERATE_GAP`) and
 the polar chains fail the convergence check that would warn the user; the
-draws are reported in the polar orientation either way.
+draws are reported in the polar orientation either way. There the
+posterior is constant along the rotations ``W R``, and chains wander the
+whole orbit (breast cancer, standardised, FA k = 19: 160-180 degrees from
+the start, at the tree depth limit of 511 leapfrog steps a draw); the
+model's ``gauge`` (:func:`bayespca.models.gauge_log_density`, about the ML
+loadings) holds them near one orientation, leaving the posterior of the
+invariants exactly as it was (GAUGE_NUMBERS).
 
 A weak last component of pPCA. Where the data leave the last scale ``l_k``
 weak, its polar coordinate ``log l_k`` has a long tail towards 0, along
@@ -1020,7 +1025,8 @@ def fit_nuts(
     start_point = LowRankGaussian(reference_w, np.asarray(ml.noise), np.asarray(ml.mean))
     # D of FA's polar map: the features' sds, as the model computes them from the same statistics.
     row_scale = np.asarray(scales.sd) if noise == "diagonal" else None
-    data = {"kwargs": {"prior": priors, "suff_stats": stats, "reparam": reparam, "last_column_scale": None}}
+    data = {"kwargs": {"prior": priors, "suff_stats": stats, "reparam": reparam, "last_column_scale": None,
+                       "gauge": None}}
     start = (start_point, ml, row_scale, n, prepared.variances / (1.0 if units is None else units**2))
     columns = _columns(padded_components, k, identification, loadings)
     run = (num_warmup, num_samples, num_chains, chain_method, target_accept_prob, dense_mass, progress_bar)
@@ -1033,7 +1039,9 @@ def fit_nuts(
     draws, chains, xi = _run(static, data, sampling, key, init_scale, search)
     if spec.identification is None and noise == "diagonal" and _near_degenerate(static, data, loadings):
         if not _chains_agree(draws, check):
-            # W's own coordinates have no singularity; draws reported in the same orientation.
+            # W's own coordinates have no singularity; held near the reference's orientation (the gauge),
+            # draws reported in the same orientation.
+            data["kwargs"]["gauge"] = _gauge(reference_w)
             search, static, init_scale = _preconditioned(noise, (k, None), "none", loadings, data, start)
             again, label = jax.random.fold_in(key, 1), _AGAIN + "W's coordinates"
             in_w = _run(static, data, sampling, again, init_scale, search, label)
@@ -1291,6 +1299,17 @@ def _reference(ml: LowRankGaussian, chart: tuple, loadings: Any, noise: str, n: 
     if identification == "polar" and noise == "diagonal":
         return np.asarray(canonical_loadings(ml).loadings), None, anchors
     return w, None, anchors
+
+
+def _gauge(reference: np.ndarray) -> np.ndarray | None:
+    """The model's ``gauge`` for sampling ``W`` free near ``reference``: the reference itself, or None
+    where its columns are dependent (``W^T B`` would be singular, its polar factor undefined)."""
+    singular = np.linalg.svd(reference, compute_uv=False)
+    return reference if singular[-1] > _INDEPENDENT * singular[0] else None
+
+
+# Columns of the gauge's reference are independent where its condition number is below 1 / _INDEPENDENT.
+_INDEPENDENT = 1e-6
 
 
 def _last_scale_stuck(draws: Draws, identification, noise, k, loadings, reparam) -> bool:
@@ -1618,7 +1637,8 @@ def _chance_band(z: np.ndarray, directions: int) -> tuple[float, float]:
 def _off_the_orbit(chains: Chains, theta: np.ndarray, loadings: Any) -> np.ndarray:
     """The draws ``theta`` (m, p), each one's ``W`` turned to the centre's where ``W`` is sampled free.
 
-    With ``W`` free (``"none"``, ``"procrustes"``) and a rotation-invariant prior, the posterior is
+    With ``W`` free (``"none"``, ``"procrustes"``), a rotation-invariant prior and no gauge (the
+    model's ``gauge``, which gives the orbit a density of its own), the posterior is
     constant along ``W -> W R`` (``R`` orthogonal) and the chains drift along that orbit, which no
     identified quantity sees. The draws' covariance takes the drift for spread and the metric built
     on it moves along the orbit instead of across it (diabetes, standardised, FA k = 5, sampled in
@@ -1629,7 +1649,7 @@ def _off_the_orbit(chains: Chains, theta: np.ndarray, loadings: Any) -> np.ndarr
     keeps a small metric there).
     """
     offset, shape = _site_offset(chains.static, "W"), dict(chains.static.layout).get("W")
-    if offset is None or not loadings.rotation_invariant:
+    if offset is None or not loadings.rotation_invariant or chains.data["kwargs"].get("gauge") is not None:
         return theta
     from bayespca.rotations import procrustes
 

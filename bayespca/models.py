@@ -214,7 +214,8 @@ def polar_factor(m: jax.Array) -> jax.Array:
     ``Q = U V^T`` for the SVD ``M = U S V^T``: the orthogonal matrix nearest ``M``. Computed by
     Higham's scaled Newton iteration ``X <- (zeta X + X^{-T} / zeta) / 2``, ``zeta =
     sqrt(|X^{-1}|_F / |X|_F)``, differentiable where the SVD's derivative is not (it divides by
-    differences of singular values, which meet where factors are weak). The inverses are k x k.
+    differences of singular values, which meet where factors are weak; that of ``Q`` has
+    ``1 / (s_i + s_j)`` instead). The inverses are k x k. NaN where ``M`` is singular.
 
     Examples
     --------
@@ -235,13 +236,16 @@ def gauge_log_density(w: jax.Array, reference: jax.Array) -> jax.Array:
     """``kappa tr Q(W^T B)``: a density on ``W``'s orientation relative to ``B``, exact for its invariants.
 
     ``Q`` is :func:`polar_factor`, ``B`` (d, k) the ``reference`` loadings and ``kappa``
-    :data:`GAUGE_CONCENTRATION`. Since ``Q((W R)^T B) = R^T Q(W^T B)`` for orthogonal ``R``, its
-    average over the orbit ``{W R}`` under Haar measure is ``E_R[exp(kappa tr R)]``, the same
-    constant for every ``W``: multiplied into a density invariant under ``W -> W R``, it leaves the
-    marginal of every rotation-invariant quantity (``W W^T``, the noise, the mean) exactly as it
-    was, and only holds the draws near ``B``'s orientation (a von Mises-Fisher density on the
-    orbit, largest where ``W^T B`` is symmetric positive definite). For k = 2 the constant is
-    ``(I_0(2 kappa) + 1) / 2``.
+    :data:`GAUGE_CONCENTRATION`. Since ``Q((W R)^T B) = R^T Q(W^T B)`` for orthogonal ``R``, the
+    average of its exponential over the orbit ``{W R}`` under Haar measure is
+    ``E_R[exp(kappa tr R)]``, the same constant for every ``W``. Multiplied into a density
+    invariant under ``W -> W R``, it leaves the marginal of every rotation-invariant quantity
+    (``W W^T``, the noise, the mean) exactly as it was, and only holds the draws near ``B``'s
+    orientation (a von Mises-Fisher density on the orbit, largest where ``W^T B`` is symmetric
+    positive definite). For k = 2 the constant is ``(I_0(2 kappa) + 1) / 2``. ``Q`` jumps between
+    the rotations and the reflections where ``det(W^T B)`` changes sign (a step of up to
+    ``2 kappa`` in the log density, which chains started near ``B`` do not cross: the average over
+    the half orbit of positive determinant is constant too).
 
     Examples
     --------
@@ -647,10 +651,10 @@ def _low_rank_model(
     scales = prior_classes.data_scales(X, suff_stats, d, residual=residual)
     p = prior_classes.resolve(given, noise, scales)
     ident = identification_for(identification, noise, p.loadings)
+    _check_gauge(gauge, ident, p.loadings, (d, k))
     if X is None and suff_stats is None:
         ident = "none"  # prior predictive: W from its prior (see the module docstring)
     _check_chart(ident, p.loadings, (d, k), active_components, last_column_scale, anchors)
-    _check_gauge(gauge, ident, p.loadings, (d, k))
     if noise == "isotropic":
         sigma = numpyro.sample("sigma", p.noise)
         psi = jnp.full(d, sigma**2)
@@ -810,8 +814,8 @@ _MODEL_PARAMETERS = """
         rotation-invariant prior: reference loadings ``B``; the factor site
         ``"gauge"`` adds :func:`gauge_log_density`, which holds ``W``'s
         orientation near ``B``'s and leaves the posterior of ``W W^T``, the
-        noise and the mean exactly as it was (the NUTS runner's, where it
-        samples ``W``'s own coordinates).
+        noise and the mean exactly as it was. The NUTS runner sets it where
+        it samples FA in ``W``'s own coordinates.
 """
 
 

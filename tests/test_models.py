@@ -493,3 +493,25 @@ def test_gauge_adds_kappa_times_the_trace_of_scipys_polar_factor_to_the_log_join
         reference = GAUGE_CONCENTRATION * np.trace(polar(params["W"].T @ b)[0])
         assert float(joint[1] - joint[0]) == pytest.approx(reference, rel=1e-12, abs=1e-10)
         assert float(joint[2]) == pytest.approx(float(joint[1]), rel=1e-14)
+
+
+def test_polar_factors_gradient_is_scipys_polar_factor_differenced():
+    """The gradient of ``tr Q(M)`` through the Newton iteration against central differences of SciPy's
+    polar factor (from the SVD), for k = 3 and singular values 1, 1e-3 and 1e-3 + 1e-9 (two nearly
+    equal: the SVD's own derivative divides by their difference). Step 1e-7 of an entry of size 1:
+    the differences' error is O(step^2 / s_min^2) and rounding O(1e-16 / step)."""
+    from scipy.linalg import polar
+
+    from bayespca.models import polar_factor
+
+    rng = np.random.default_rng(5)
+    u, v = (np.linalg.qr(rng.normal(size=(3, 3)))[0] for _ in range(2))
+    m = u * np.array([1.0, 1e-3, 1e-3 + 1e-9]) @ v.T
+    gradient = np.asarray(jax.grad(lambda a: jax.numpy.trace(polar_factor(a)))(m))
+    step, differences = 1e-7, np.zeros((3, 3))
+    for i in range(3):
+        for j in range(3):
+            e = np.zeros((3, 3))
+            e[i, j] = step
+            differences[i, j] = (np.trace(polar(m + e)[0]) - np.trace(polar(m - e)[0])) / (2 * step)
+    np.testing.assert_allclose(gradient, differences, rtol=1e-5, atol=1e-5 * np.abs(gradient).max())

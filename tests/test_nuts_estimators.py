@@ -543,6 +543,7 @@ def test_fa_in_ws_own_coordinates_is_held_by_the_gauge_and_samples_the_same_post
     X = load_wine().data
     X = (X - X.mean(0)) / X.std(0)
     FactorAnalysis(2, method="nuts", num_samples=400, random_state=0, progress_bar=False).fit(X)
+    assert len(runs) == 2  # the polar run and the gauged one, which passed the check
     (first, _, _), (second, chains, xi) = runs
     assert dict(chains.static.options)["identification"] == "none"
     offset, (d, k) = nuts._site_offset(chains.static, "W"), dict(chains.static.layout)["W"]

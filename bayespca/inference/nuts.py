@@ -1301,15 +1301,17 @@ def _reference(ml: LowRankGaussian, chart: tuple, loadings: Any, noise: str, n: 
     return w, None, anchors
 
 
+# Columns of the gauge's reference are independent where its condition number is below 1 / _INDEPENDENT:
+# W^T B then has a polar factor near B's orientation (breast cancer, standardised, FA k = 19: 39).
+_INDEPENDENT = 1e-6
+
+
 def _gauge(reference: np.ndarray) -> np.ndarray | None:
     """The model's ``gauge`` for sampling ``W`` free near ``reference``: the reference itself, or None
-    where its columns are dependent (``W^T B`` would be singular, its polar factor undefined)."""
+    where its columns are dependent (``W^T B`` would be singular, its polar factor undefined) or it
+    has one column (the orbit is ``W -> -W``: the gauge would only add a step at ``w^T b = 0``)."""
     singular = np.linalg.svd(reference, compute_uv=False)
-    return reference if singular[-1] > _INDEPENDENT * singular[0] else None
-
-
-# Columns of the gauge's reference are independent where its condition number is below 1 / _INDEPENDENT.
-_INDEPENDENT = 1e-6
+    return reference if len(singular) > 1 and singular[-1] > _INDEPENDENT * singular[0] else None
 
 
 def _last_scale_stuck(draws: Draws, identification, noise, k, loadings, reparam) -> bool:
@@ -1353,7 +1355,7 @@ def _better(run: tuple, other: tuple, check: _Check) -> tuple:
     """``other`` where its draws mix better than ``run``'s (:func:`_mixes_better`), else ``run``; each is
     ``(draws, chains, xi)`` or ``(draws, chains)``. A second run's chart or coordinates can mix worse:
     breast cancer standardised FA k = 18, seed 0, polar R-hat 1.013 and ESS 440, in ``W``'s coordinates
-    2.03 and 5."""
+    2.03 and 5 (measured before the gauge held them, :func:`_gauge`)."""
     return other if _mixes_better(other[0], run[0], check) else run
 
 
@@ -1598,7 +1600,7 @@ def _draws_metric(chains: Chains, xi: np.ndarray, loadings: Any) -> tuple[np.nda
     Laplace fit stays: with the draws' full covariance as metric, breast cancer FA k = 7 (p = 277,
     about 140 directions corrected) passed the check in 5 of 10 fits, with this 9 of 10.
 
-    Where ``W`` is sampled free the draws are turned back along the rotation first
+    Where ``W`` is sampled free without a gauge the draws are turned back along the rotation first
     (:func:`_off_the_orbit`); along the rotation's tangents they then have no spread, and the
     metric keeps a share ``1 / m`` (``m`` draws) of the Laplace variance there, small enough that
     the chains do not wander along the orbit and positive, so that it stays a metric.
@@ -1642,9 +1644,10 @@ def _off_the_orbit(chains: Chains, theta: np.ndarray, loadings: Any) -> np.ndarr
     constant along ``W -> W R`` (``R`` orthogonal) and the chains drift along that orbit, which no
     identified quantity sees. The draws' covariance takes the drift for spread and the metric built
     on it moves along the orbit instead of across it (diabetes, standardised, FA k = 5, sampled in
-    ``W``'s coordinates after the polar chart failed: smallest bulk ESS 348 -> 120 with that
-    metric, seed 1). Each draw's ``W`` is turned to the centre's by orthogonal Procrustes first, so
-    the draws differ only where the posterior does (the same fit: ESS 469, seed 0: 365 -> 468).
+    ``W``'s coordinates after the polar chart failed, before the gauge held them there: smallest
+    bulk ESS 348 -> 120 with that metric, seed 1). Each draw's ``W`` is turned to the centre's by
+    orthogonal Procrustes first, so the draws differ only where the posterior does (the same fit:
+    ESS 469, seed 0: 365 -> 468).
     Turned so, they have no spread along the rotation's tangents at the centre (:func:`_draws_metric`
     keeps a small metric there).
     """

@@ -123,7 +123,7 @@ __all__ = [
     "lower_entries",
     "lower_triangular",
     "pivot_anchors",
-    "polar_factor",
+    "polar_trace",
     "draws_marginal_log_likelihood",
     "marginal_log_likelihood",
     "ppca",
@@ -148,8 +148,6 @@ EXPANSION_CONCENTRATION = 8.0
 # free. Breast cancer, standardised, FA k = 19 sampled in W's coordinates (2 chains x 300 + 100, seed 0):
 # 511 leapfrog steps a draw without it (the chains turned 160-180 degrees), 255 at kappa = 2, 127 at 8.
 GAUGE_CONCENTRATION = 8.0
-# Scaled Newton steps of polar_factor: from a condition number of 1e5, 10 reach rounding error.
-_POLAR_STEPS = 14
 
 
 def identification_for(identification: str | None, noise: str, loadings: Any) -> str:
@@ -208,37 +206,45 @@ def expansion_log_density(chol: jax.Array) -> jax.Array:
     return -EXPANSION_CONCENTRATION * (jnp.sum(chol * chol) - 2.0 * jnp.sum(jnp.log(jnp.diag(chol))) - k)
 
 
-def polar_factor(m: jax.Array) -> jax.Array:
-    """The orthogonal factor ``Q`` of the polar decomposition ``M = Q P`` of a nonsingular square ``M``.
+@jax.custom_jvp
+def polar_trace(m: jax.Array) -> jax.Array:
+    """``tr Q``, ``Q`` the orthogonal factor of the polar decomposition ``M = Q P`` (``M`` square).
 
-    ``Q = U V^T`` for the SVD ``M = U S V^T``: the orthogonal matrix nearest ``M``. Computed by
-    Higham's scaled Newton iteration ``X <- (zeta X + X^{-T} / zeta) / 2``, ``zeta =
-    sqrt(|X^{-1}|_F / |X|_F)``, differentiable where the SVD's derivative is not (it divides by
-    differences of singular values, which meet where factors are weak; that of ``Q`` has
-    ``1 / (s_i + s_j)`` instead). The inverses are k x k. NaN where ``M`` is singular.
+    ``Q = U V^T`` for the SVD ``M = U S V^T`` (the orthogonal matrix nearest ``M``). Its derivative is
+    written out rather than left to the SVD's, which divides by differences of singular values (they
+    meet where factors are weak): with ``X = U^T dM V`` and ``C = V^T U``,
+
+        d tr Q = sum_ij X_ij (C_ji - C_ij) / (s_i + s_j),
+
+    finite wherever ``M`` is nonsingular. One k x k SVD a gradient. NaN where ``M`` is singular.
 
     Examples
     --------
-    >>> m = jnp.array([[2.0, 1.0], [0.0, 1.0]])
-    >>> q = polar_factor(m)
-    >>> bool(jnp.allclose(q.T @ q, jnp.eye(2))), bool(jnp.allclose(q.T @ m, (q.T @ m).T))
-    (True, True)
+    >>> m = jnp.array([[2.0, 1.0], [0.0, 1.0]])  # Q = [[c, s], [-s, c]], tan(angle) = 1 / 3
+    >>> round(float(polar_trace(m)), 12) == round(2 * 3 / 10 ** 0.5, 12)
+    True
     """
-    x = m
-    for _ in range(_POLAR_STEPS):
-        inverse_t = jnp.linalg.inv(x).T
-        zeta = jnp.sqrt(jnp.linalg.norm(inverse_t) / jnp.linalg.norm(x))
-        x = 0.5 * (zeta * x + inverse_t / zeta)
-    return x
+    u, _, vt = jnp.linalg.svd(m)
+    return jnp.trace(u @ vt)
+
+
+@polar_trace.defjvp
+def _polar_trace_jvp(primals, tangents):
+    (m,), (dm,) = primals, tangents
+    u, s, vt = jnp.linalg.svd(m)
+    c = vt @ u
+    weights = (c.T - c) / (s[:, None] + s[None, :])
+    return jnp.trace(u @ vt), jnp.sum((u.T @ dm @ vt.T) * weights)
 
 
 def gauge_log_density(w: jax.Array, reference: jax.Array) -> jax.Array:
-    """``kappa tr Q(W^T B)``: a density on ``W``'s orientation relative to ``B``, exact for its invariants.
+    """``kappa tr Q(W^T B)``: a log density on ``W``'s orientation relative to ``B``, exact for its
+    invariants.
 
-    ``Q`` is :func:`polar_factor`, ``B`` (d, k) the ``reference`` loadings and ``kappa``
-    :data:`GAUGE_CONCENTRATION`. Since ``Q((W R)^T B) = R^T Q(W^T B)`` for orthogonal ``R``, the
-    average of its exponential over the orbit ``{W R}`` under Haar measure is
-    ``E_R[exp(kappa tr R)]``, the same constant for every ``W``. Multiplied into a density
+    ``Q`` is the orthogonal polar factor (:func:`polar_trace`), ``B`` (d, k) the ``reference``
+    loadings and ``kappa`` :data:`GAUGE_CONCENTRATION`. Since ``Q((W R)^T B) = R^T Q(W^T B)`` for
+    orthogonal ``R``, the average of its exponential over the orbit ``{W R}`` under Haar measure
+    is ``E_R[exp(kappa tr R)]``, the same constant for every ``W``. Multiplied into a density
     invariant under ``W -> W R``, it leaves the marginal of every rotation-invariant quantity
     (``W W^T``, the noise, the mean) exactly as it was, and only holds the draws near ``B``'s
     orientation (a von Mises-Fisher density on the orbit, largest where ``W^T B`` is symmetric
@@ -253,7 +259,7 @@ def gauge_log_density(w: jax.Array, reference: jax.Array) -> jax.Array:
     >>> round(float(gauge_log_density(b, b)), 10), 2 * GAUGE_CONCENTRATION  # Q(B^T B) = I
     (16.0, 16.0)
     """
-    return GAUGE_CONCENTRATION * jnp.trace(polar_factor(w.T @ reference))
+    return GAUGE_CONCENTRATION * polar_trace(w.T @ reference)
 
 
 def lower_triangular(w: np.ndarray, anchors: Any = None) -> np.ndarray:

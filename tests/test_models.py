@@ -495,19 +495,19 @@ def test_gauge_adds_kappa_times_the_trace_of_scipys_polar_factor_to_the_log_join
         assert float(joint[2]) == pytest.approx(float(joint[1]), rel=1e-14)
 
 
-def test_polar_factors_gradient_is_scipys_polar_factor_differenced():
-    """The gradient of ``tr Q(M)`` through the Newton iteration against central differences of SciPy's
+def test_polar_traces_gradient_is_scipys_polar_factor_differenced():
+    """The gradient of ``tr Q(M)`` (its derivative written out) against central differences of SciPy's
     polar factor (from the SVD), for k = 3 and singular values 1, 1e-3 and 1e-3 + 1e-9 (two nearly
     equal: the SVD's own derivative divides by their difference). Step 1e-7 of an entry of size 1:
     the differences' error is O(step^2 / s_min^2) and rounding O(1e-16 / step)."""
     from scipy.linalg import polar
 
-    from bayespca.models import polar_factor
+    from bayespca.models import polar_trace
 
     rng = np.random.default_rng(5)
     u, v = (np.linalg.qr(rng.normal(size=(3, 3)))[0] for _ in range(2))
     m = u * np.array([1.0, 1e-3, 1e-3 + 1e-9]) @ v.T
-    gradient = np.asarray(jax.grad(lambda a: jax.numpy.trace(polar_factor(a)))(m))
+    gradient = np.asarray(jax.grad(polar_trace)(m))
     step, differences = 1e-7, np.zeros((3, 3))
     for i in range(3):
         for j in range(3):

@@ -527,16 +527,16 @@ def test_fa_in_ws_own_coordinates_is_held_by_the_gauge_and_samples_the_same_post
     """Standardised wine, FA k = 2, the polar chart made to reach its singularity and its check to
     fail once: the second run samples ``W``'s own coordinates with the model's gauge about the ML
     loadings ``B``. The likelihood and the prior see only ``W W^T``, so along the orbit the posterior
-    is the gauge alone: the angle ``t`` of the rotation ``Q(W^T B)`` is von Mises with concentration
-    ``2 kappa``, of mean cosine ``I_1(2 kappa) / I_0(2 kappa)``, which the draws' mean cosine meets
-    within 4 Monte Carlo standard errors. And the gauge leaves the invariants' posterior as it was:
-    the means of the noise variances and of W W^T's eigenvalues agree with the polar run's within 4."""
-    from scipy.linalg import polar
+    is the gauge alone: the angle ``t`` of the rotation ``R(W^T B)`` nearest ``W^T B`` is von Mises
+    with concentration ``2 kappa`` (on either half of the orbit), of mean cosine
+    ``I_1(2 kappa) / I_0(2 kappa)``, which the draws' mean cosine meets within 4 Monte Carlo standard
+    errors. And the gauge leaves the invariants' posterior as it was: the means of the noise variances
+    and of W W^T's eigenvalues agree with the polar run's within 4."""
     from scipy.special import i0, i1
 
     import bayespca.inference.nuts as nuts
     from bayespca.convergence import ess_bulk
-    from bayespca.models import GAUGE_CONCENTRATION
+    from bayespca.models import GAUGE_CONCENTRATION, rotation_trace
 
     monkeypatch.setattr(nuts, "_near_degenerate", lambda *args: True)
     runs = _recorded_runs(monkeypatch)
@@ -549,13 +549,42 @@ def test_fa_in_ws_own_coordinates_is_held_by_the_gauge_and_samples_the_same_post
     offset, (d, k) = nuts._site_offset(chains.static, "W"), dict(chains.static.layout)["W"]
     theta = chains.data["centre"] + xi.reshape(-1, xi.shape[-1]) @ chains.data["factor"].T
     b = chains.data["kwargs"]["gauge"]  # whatever B the model holds W to, the law of Q's angle is the same
-    rotations = [polar(row[offset:offset + d * k].reshape(d, k).T @ b)[0] for row in theta]
-    assert all(np.linalg.det(q) > 0 for q in rotations)  # no chain crossed to the reflections
-    cosines = np.array([np.trace(q) / 2 for q in rotations]).reshape(xi.shape[:2])
+    traces = [float(rotation_trace(row[offset:offset + d * k].reshape(d, k).T @ b)) for row in theta]
+    cosines = np.array(traces).reshape(xi.shape[:2]) / 2
     concentration = 2 * GAUGE_CONCENTRATION
     se = cosines.std() / np.sqrt(ess_bulk(cosines[None])[0])
     assert abs(cosines.mean() - i1(concentration) / i0(concentration)) < 4 * se
     _assert_same_invariants(first, second)
+
+
+def test_a_run_with_divergent_transitions_is_never_kept_over_one_without():
+    """Of two runs, the remedies keep the one without divergent transitions, whatever the ESS: draws
+    of independent noise variances (ESS about 2000) with one divergent transition lose to AR(1) draws of
+    coefficient 0.95 (ESS about 2000 / 39: failing the check) with none; between runs alike in that,
+    the independent draws win, with or without divergent transitions."""
+    from scipy.signal import lfilter
+
+    import bayespca.inference.nuts as nuts
+    from bayespca.inference.contract import Draws
+
+    rng = np.random.default_rng(0)
+
+    def draws(series, divergent):
+        stats = {"diverging": np.zeros(series.shape, bool)}
+        stats["diverging"][0, 100] = divergent
+        zeros = np.zeros((*series.shape, 1))
+        return Draws(zeros[..., None], np.exp(series[..., None] / 10), zeros, "none", "diagonal", stats)
+
+    independent = rng.standard_normal((4, 500))
+    correlated = lfilter([1.0], [1.0, -0.95], rng.standard_normal((4, 500)), axis=1)
+    check = nuts._Check(None)
+    assert nuts._chains_agree(draws(independent, False), check)
+    assert not nuts._chains_agree(draws(correlated, False), check)
+    assert not nuts._mixes_better(draws(independent, True), draws(correlated, False), check)
+    assert nuts._mixes_better(draws(correlated, False), draws(independent, True), check)
+    for divergent in (False, True):
+        assert nuts._mixes_better(draws(independent, divergent), draws(correlated, divergent), check)
+        assert not nuts._mixes_better(draws(correlated, divergent), draws(independent, divergent), check)
 
 
 def test_fa_keeps_the_polar_run_where_ws_own_coordinates_mix_worse(monkeypatch, capsys):

@@ -229,8 +229,12 @@ def rotation_trace(m: jax.Array) -> jax.Array:
 
         d tr R = sum_{i != j} X_ij (C_ji - C_ij) / (s_i + s_j),
 
-    finite except where ``det M < 0`` and the two smallest singular values are equal (where the
-    nearest rotation is not unique): a set of codimension 2. One k x k SVD a gradient.
+    finite except where ``det M <= 0`` and the two smallest singular values are equal: there the
+    nearest rotation is not unique and ``tr R`` has no limit (k = 2: ``2 x / |(x, y)|``, ``(x, y)``
+    the part of ``M`` that commutes with rotations), and its gradient grows as the inverse of the
+    gap ``s_{k-1} + s_k`` nearby. A set of codimension 2, near which chains come only where two
+    factors are weak at once and one of them has crossed (``det(W^T B) < 0``); the polar factor
+    had that cone only where both singular values are 0. One k x k SVD a gradient.
 
     Examples
     --------

@@ -522,14 +522,14 @@ def test_gauge_is_continuous_where_a_column_of_w_passes_through_zero():
     assert abs(jump) > 0.5
 
 
-@pytest.mark.parametrize("singular", [[1.0, 1e-3, 1e-3 + 1e-9], [1.0, 0.3, -1e-4]])
+@pytest.mark.parametrize("singular", [[1.0, 1e-3, 1e-3 + 1e-9], [1.0, 0.3, -1e-4], [1.0, 0.3, 0.0]])
 def test_rotation_traces_gradient_is_scipys_nearest_rotation_differenced(singular):
     """The gradient of ``tr R(M)`` (its derivative written out) against central differences of SciPy's
     nearest rotation, k = 3: two nearly equal singular values (the SVD's own derivative divides by
-    their difference), and ``det M < 0`` with the smallest singular value near 0 (a weak column of
-    ``W`` passing through 0, where the polar factor jumps). Step 1e-7 of an entry of size 1: the
-    differences' error is O(step^2 / gap^2), gap the smallest sum of two signed singular values, and
-    rounding O(1e-16 / step)."""
+    their difference), ``det M < 0`` with the smallest singular value near 0 (a weak column of ``W``
+    passing through 0, where the polar factor jumps), and at 0 (a zero sum on the diagonal). Step 1e-7
+    of an entry of size 1: the differences' error is O(step^2 / gap^2), gap the smallest sum of two
+    signed singular values, and rounding O(1e-16 / step)."""
     from bayespca.models import rotation_trace
 
     rng = np.random.default_rng(5)

@@ -87,7 +87,7 @@ smallest eigenvalue of ``W W^T`` at 3 seeds of 5). When the polar chains fail
 the users' check on that eigenvalue, pPCA is sampled again with the last
 column in Cartesian form (:func:`bayespca.models.ppca`'s
 ``last_column_scale``; same posterior), smooth through 0, and those draws
-are kept if they pass the check or mix better. It is a second run rather
+are kept if they mix better (divergent transitions count first). It is a second run rather
 than the first chart: where the last direction roams but its scale is well
 determined (n = 1000, d = 20, rank 3, k = 4) the Cartesian column lies on a
 thin shell, which NUTS crossed in 127 leapfrog steps a draw against 15.
@@ -1310,8 +1310,9 @@ _INDEPENDENT = 1e-6
 
 def _gauge(reference: np.ndarray) -> np.ndarray | None:
     """The model's ``gauge`` for sampling ``W`` free near ``reference``: the reference itself, or None
-    where its columns are dependent (``W^T B`` would be singular, its nearest rotation undefined) or
-    it has one column (the orbit is ``W -> -W``, and the only rotation of one column is 1)."""
+    where its columns are nearly dependent (``W^T B`` near rank k - 2, where the gauge's gradient
+    grows without bound) or it has one column (the orbit is ``W -> -W``, and the only rotation of one
+    column is 1)."""
     singular = np.linalg.svd(reference, compute_uv=False)
     return reference if len(singular) > 1 and singular[-1] > _INDEPENDENT * singular[0] else None
 
@@ -1362,16 +1363,20 @@ def _better(run: tuple, other: tuple, check: _Check) -> tuple:
 
 
 def _mixes_better(new: Draws, old: Draws, check: _Check) -> bool:
-    """Whether ``new`` has no divergent transition where ``old`` has some, or, both alike in that,
-    passes the users' check or fails it with a larger smallest ESS than ``old``.
+    """Whether ``new`` is the better run: of two runs of which one has divergent transitions, the
+    other, where its shortfall is within running on's reach (:func:`_worth_running_on`); otherwise
+    the run that passes the users' check, or the larger smallest ESS.
 
     Divergent draws miss part of the posterior whatever their ESS: diabetes raw FA k = 5, seed 4,
-    with the gauge's first version (which walled a weak column off from 0) kept the run with the
-    draws' metric, 18 divergent transitions and ESS 72, over runs of none.
+    with the gauge's first version (which walled a weak column off) kept the run with the draws'
+    metric, 18 divergent transitions and ESS 72, over runs of none. Chains stuck apart (R-hat 2.03,
+    ESS 5: :func:`_better`) are no better for having none.
     """
     new_diverges, old_diverges = (bool(np.any(d.sample_stats["diverging"])) for d in (new, old))
     if new_diverges != old_diverges:
-        return old_diverges
+        clean = old if new_diverges else new
+        if _shortfall(clean, check) <= _LONGEST / clean.thinning:
+            return clean is new
     if _chains_agree(new, check):
         return True
     return _smallest_ess(new, check) > _smallest_ess(old, check)
@@ -1434,8 +1439,8 @@ def _recentred(chains: Chains, sampling: tuple, key, free: int, starts: np.ndarr
     Laplace fit whitens the chains; the draws' mean of
     :func:`_with_pilot_metric` can be a saddle), the chains run again
     (warm-up and draws) around it with its Laplace factor
-    (:func:`_laplace_at`); the callers keep that run where it passes the
-    check or mixes better (:func:`_better`); there it passed, and so at seed 3, where the
+    (:func:`_laplace_at`); the callers keep that run where it mixes better
+    (:func:`_better`); there it passed, and so at seed 3, where the
     densest draw of all led to a mode of 91 nats less mass than the
     centre's and another chain's to the weightiest. The new run samples around
     that mode: the mode the first chains left, of less mass, it seldom
@@ -1496,7 +1501,7 @@ def _with_pilot_metric(draws: Draws, chains: Chains, xi: np.ndarray, sampling: t
     says along that move, and the chains crossed rarely at 15-31 leapfrog steps a draw (raw and
     standardised, seeds 0-4: every fit failed the check, smallest bulk ESS 101). The new run
     (warm-up and draws) is centred at the draws' mean and whitened by :func:`_draws_metric`, and is
-    kept where it passes the check or mixes better (:func:`_mixes_better`). Only for a dense
+    kept where it mixes better (:func:`_mixes_better`). Only for a dense
     factor (the rotated and diagonal ones are for models too large for a p x p covariance);
     ``check`` is the :class:`_Check`, ``loadings`` the resolved loadings prior; ``(draws, chains)``.
     """
@@ -1515,7 +1520,7 @@ def _with_pilot_metric(draws: Draws, chains: Chains, xi: np.ndarray, sampling: t
 def _run_on(run: tuple, sampling: tuple, key, checks: tuple, progress_bar: bool | None) -> tuple:
     """Chains that fail the users' check run on (:func:`_lengthened`); where they still fail after
     running on, they run again around a weightier mode that one of them reached meanwhile, that run
-    runs on in turn, and the fit keeps it where it then passes the check or mixes better (:func:`_better`).
+    runs on in turn, and the fit keeps it where it then mixes better (:func:`_better`).
 
     Running on, a chain can cross to a mode that none of the first draws
     was in: breast cancer, raw, FA k = 18, seed 1 (one BLAS thread, on one

@@ -123,11 +123,11 @@ __all__ = [
     "lower_entries",
     "lower_triangular",
     "pivot_anchors",
+    "polar_trace",
     "draws_marginal_log_likelihood",
     "marginal_log_likelihood",
     "ppca",
     "expansion_log_density",
-    "rotation_trace",
 ]
 
 # The data reach compiled samplers as arguments: one compilation serves every data set with the
@@ -206,82 +206,60 @@ def expansion_log_density(chol: jax.Array) -> jax.Array:
     return -EXPANSION_CONCENTRATION * (jnp.sum(chol * chol) - 2.0 * jnp.sum(jnp.log(jnp.diag(chol))) - k)
 
 
-def _signed_svd(m: jax.Array) -> tuple:
-    """The SVD ``M = U S V^T`` with the last column of ``U`` and the last (smallest) singular value
-    negated where ``det(U V^T) = -1``, so that ``U V^T`` is a rotation and ``M = U diag(s) V^T`` still."""
-    u, s, vt = jnp.linalg.svd(m)
-    sign = jnp.where(jnp.linalg.det(u) * jnp.linalg.det(vt) < 0, -1.0, 1.0)
-    flip = jnp.ones_like(s).at[-1].set(sign)
-    return u * flip, s * flip, vt
-
-
 @jax.custom_jvp
-def rotation_trace(m: jax.Array) -> jax.Array:
-    """``tr R``, ``R`` the rotation (orthogonal, determinant 1) nearest ``M`` (square).
+def polar_trace(m: jax.Array) -> jax.Array:
+    """``tr Q``, ``Q`` the orthogonal factor of the polar decomposition ``M = Q P`` (``M`` square).
 
-    With the SVD ``M = U S V^T``, ``R = U D V^T``, ``D = diag(1, ..., 1, sign det M)``: where
-    ``det M < 0`` the direction of the smallest singular value is kept, not reflected. The
-    orthogonal polar factor ``U V^T`` jumps from the rotations to the reflections where
-    ``det M`` changes sign, i.e. where the smallest singular value passes through 0; ``R`` is
-    continuous there. Its derivative is written out rather than left to the SVD's, which divides
-    by differences of singular values (they meet where factors are weak): with the signed singular
-    values ``s = diag(S D)``, ``X = (U D)^T dM V`` and ``C = V^T U D``,
+    ``Q = U V^T`` for the SVD ``M = U S V^T`` (the orthogonal matrix nearest ``M``). Its derivative is
+    written out rather than left to the SVD's, which divides by differences of singular values (they
+    meet where factors are weak): with ``X = U^T dM V`` and ``C = V^T U``,
 
-        d tr R = sum_{i != j} X_ij (C_ji - C_ij) / (s_i + s_j),
+        d tr Q = sum_ij X_ij (C_ji - C_ij) / (s_i + s_j),
 
-    finite except where ``det M <= 0`` and the two smallest singular values are equal: there the
-    nearest rotation is not unique and ``tr R`` has no limit (k = 2: ``2 x / |(x, y)|``, ``(x, y)``
-    the part of ``M`` that commutes with rotations), and its gradient grows as the inverse of the
-    gap ``s_{k-1} + s_k`` nearby. A set of codimension 2, near which chains come only where two
-    factors are weak at once and one of them has crossed (``det(W^T B) < 0``); the polar factor
-    had that cone only where both singular values are 0. One k x k SVD a gradient.
+    finite wherever ``M`` is nonsingular. One k x k SVD a gradient. NaN where ``M`` is singular.
 
     Examples
     --------
-    >>> m = jnp.array([[2.0, 1.0], [0.0, 1.0]])  # R = [[c, s], [-s, c]], tan(angle) = 1 / 3
-    >>> round(float(rotation_trace(m)), 12) == round(2 * 3 / 10 ** 0.5, 12)
+    >>> m = jnp.array([[2.0, 1.0], [0.0, 1.0]])  # Q = [[c, s], [-s, c]], tan(angle) = 1 / 3
+    >>> round(float(polar_trace(m)), 12) == round(2 * 3 / 10 ** 0.5, 12)
     True
-    >>> float(rotation_trace(jnp.diag(jnp.array([1.0, -1e-3]))))  # the identity, not diag(1, -1)
-    2.0
     """
-    u, _, vt = _signed_svd(m)
+    u, _, vt = jnp.linalg.svd(m)
     return jnp.trace(u @ vt)
 
 
-@rotation_trace.defjvp
-def _rotation_trace_jvp(primals, tangents):
+@polar_trace.defjvp
+def _polar_trace_jvp(primals, tangents):
     (m,), (dm,) = primals, tangents
-    u, s, vt = _signed_svd(m)
+    u, s, vt = jnp.linalg.svd(m)
     c = vt @ u
-    # The diagonal's numerators are 0; its sum 2 s_k passes through 0 with a weak factor.
-    total = jnp.where(jnp.eye(s.size, dtype=bool), 1.0, s[:, None] + s[None, :])
-    return jnp.trace(u @ vt), jnp.sum((u.T @ dm @ vt.T) * (c.T - c) / total)
+    weights = (c.T - c) / (s[:, None] + s[None, :])
+    return jnp.trace(u @ vt), jnp.sum((u.T @ dm @ vt.T) * weights)
 
 
 def gauge_log_density(w: jax.Array, reference: jax.Array) -> jax.Array:
-    """``kappa tr R(W^T B)``: a log density on ``W``'s orientation relative to ``B``, exact for its
+    """``kappa tr Q(W^T B)``: a log density on ``W``'s orientation relative to ``B``, exact for its
     invariants.
 
-    ``R`` is the nearest rotation (:func:`rotation_trace`), ``B`` (d, k) the ``reference`` loadings
-    and ``kappa`` :data:`GAUGE_CONCENTRATION`. For a rotation ``S``, ``R((W S)^T B) = S^T R(W^T B)``,
-    so the Haar average of its exponential over ``{W S}`` is ``c = E_S[exp(kappa tr S)]`` whatever
-    ``W``; over the other half of the orbit, ``{W S F}`` for a reflection ``F``, ``R(F S^T W^T B)``
-    is ``F S^T G`` for a reflection ``G`` fixed by ``W``, which runs over the rotations as ``S``
-    does: the average is ``c`` again. Multiplied into a density invariant under ``W -> W O``
-    (``O`` orthogonal), it leaves the marginal of every rotation-invariant quantity (``W W^T``, the
-    noise, the mean) exactly as it was, and only holds the draws near ``B``'s orientation (a von
-    Mises-Fisher density on each half of the orbit). For k = 2, ``c = I_0(2 kappa)``. The density is
-    continuous where a column of ``W`` passes through 0 (a weak factor: ``det(W^T B)`` changes sign
-    there), which the orthogonal polar factor is not (it jumps by up to ``2 kappa``: a wall the
-    weak column could not cross).
+    ``Q`` is the orthogonal polar factor (:func:`polar_trace`), ``B`` (d, k) the ``reference``
+    loadings and ``kappa`` :data:`GAUGE_CONCENTRATION`. Since ``Q((W R)^T B) = R^T Q(W^T B)`` for
+    orthogonal ``R``, the average of its exponential over the orbit ``{W R}`` under Haar measure
+    is ``E_R[exp(kappa tr R)]``, the same constant for every ``W``. Multiplied into a density
+    invariant under ``W -> W R``, it leaves the marginal of every rotation-invariant quantity
+    (``W W^T``, the noise, the mean) exactly as it was, and only holds the draws near ``B``'s
+    orientation (a von Mises-Fisher density on the orbit, largest where ``W^T B`` is symmetric
+    positive definite). For k = 2 the constant is ``(I_0(2 kappa) + 1) / 2``. ``Q`` jumps between
+    the rotations and the reflections where ``det(W^T B)`` changes sign (a step of up to
+    ``2 kappa`` in the log density, which chains started near ``B`` do not cross: the average over
+    the half orbit of positive determinant is constant too).
 
     Examples
     --------
     >>> b = jnp.array([[1.0, 0.0], [0.0, 0.5], [0.2, 0.1]])
-    >>> round(float(gauge_log_density(b, b)), 10), 2 * GAUGE_CONCENTRATION  # R(B^T B) = I
+    >>> round(float(gauge_log_density(b, b)), 10), 2 * GAUGE_CONCENTRATION  # Q(B^T B) = I
     (16.0, 16.0)
     """
-    return GAUGE_CONCENTRATION * rotation_trace(w.T @ reference)
+    return GAUGE_CONCENTRATION * polar_trace(w.T @ reference)
 
 
 def lower_triangular(w: np.ndarray, anchors: Any = None) -> np.ndarray:

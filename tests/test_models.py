@@ -453,94 +453,65 @@ def _rotation(angle: float) -> np.ndarray:
 
 
 def test_gauge_gives_every_orbit_of_w_the_same_mass():
-    """The gauge ``exp(kappa tr R((W O)^T B))`` averaged over ``O`` uniform on O(2) is ``I_0(2 kappa)``
-    whatever ``W``: on each half of the orbit (rotations, reflections) the nearest rotation turns by
-    ``t`` as ``O`` does, giving ``exp(2 kappa cos t)``, of mean ``I_0(2 kappa)``. So the posterior of
-    ``W W^T`` is unchanged. Quadrature on 256 equally spaced angles (exact to rounding for this smooth
-    periodic integrand), for loadings of unequal, nearly equal and very unequal singular values, about
-    one reference."""
+    """The gauge ``exp(kappa tr Q((W R)^T B))`` averaged over ``R`` uniform on O(2) is
+    ``(I_0(2 kappa) + 1) / 2`` whatever ``W``: the rotations by ``t`` give ``exp(2 kappa cos t)``, of
+    mean ``I_0(2 kappa)``, the reflections (trace 0) 1. So the posterior of ``W W^T`` is unchanged.
+    Quadrature on 256 equally spaced angles (exact to rounding for this smooth periodic integrand), for
+    loadings of unequal, nearly equal and very unequal singular values, about one reference."""
     from scipy.special import i0
 
     from bayespca.models import GAUGE_CONCENTRATION, gauge_log_density
 
     rng = np.random.default_rng(3)
     b = rng.normal(size=(D, 2))
-    expected = i0(2 * GAUGE_CONCENTRATION)
+    expected = (i0(2 * GAUGE_CONCENTRATION) + 1) / 2
     angles = 2 * np.pi * np.arange(256) / 256
     for singular in ([3.0, 0.5], [1.0, 0.999], [2.0, 1e-3]):
         u = np.linalg.qr(rng.normal(size=(D, 2)))[0]
         w = u * singular @ _rotation(rng.uniform(0, 2 * np.pi))
-        for half in (np.eye(2), np.diag([1.0, -1.0])):
-            masses = [np.exp(float(gauge_log_density(w @ _rotation(t) @ half, b))) for t in angles]
-            assert np.mean(masses) == pytest.approx(expected, rel=1e-10)
-
-
-def _scipys_nearest_rotation(m: np.ndarray) -> np.ndarray:
-    """The rotation ``R`` maximising ``tr(R^T M)`` (3 x 3), by SciPy's Kabsch alignment of the
-    columns of ``M`` to the axes."""
-    from scipy.spatial.transform import Rotation
-
-    return Rotation.align_vectors(m.T, np.eye(3))[0].as_matrix()
+        masses = [np.exp(float(gauge_log_density(w @ r, b)))
+                  for t in angles for r in (_rotation(t), _rotation(t) @ np.diag([1.0, -1.0]))]
+        assert np.mean(masses) == pytest.approx(expected, rel=1e-10)
 
 
 @pytest.mark.parametrize("kind", ["ppca", "fa"])
-def test_gauge_adds_kappa_times_the_trace_of_scipys_nearest_rotation_to_the_log_joint(kind):
-    """The model's log joint with ``gauge=B`` minus without it is ``kappa tr R``, ``R`` the rotation
-    nearest ``W^T B`` by SciPy, at random points of either sign of ``det(W^T B)``, k = 3."""
+def test_gauge_adds_kappa_times_the_trace_of_scipys_polar_factor_to_the_log_joint(kind):
+    """The model's log joint with ``gauge=B`` minus without it is ``kappa tr Q``, ``Q`` the orthogonal
+    polar factor of ``W^T B`` by SciPy (from its SVD), at random points, k = 3."""
+    from scipy.linalg import polar
+
     from bayespca.models import GAUGE_CONCENTRATION
 
     rng = np.random.default_rng(4)
     X = rng.normal(size=(N, D))
     b = rng.normal(size=(D, 3))
-    model = functools.partial(MODELS[kind], n_components=3)
-    for _ in range(2):
+    for _ in range(3):
         params, _ = _params(kind, rng)
-        w = rng.normal(size=(D, 3))
-        for flip in (1.0, -1.0):  # the two signs of det(W^T B)
-            params["W"] = w * np.array([1.0, 1.0, flip])
-            joint = [log_density(functools.partial(model, **options), (X,), {}, params)[0]
-                     for options in ({}, {"gauge": b}, {"gauge": b, "identification": "procrustes"})]
-            reference = GAUGE_CONCENTRATION * np.trace(_scipys_nearest_rotation(params["W"].T @ b))
-            assert float(joint[1] - joint[0]) == pytest.approx(reference, rel=1e-12, abs=1e-10)
-            assert float(joint[2]) == pytest.approx(float(joint[1]), rel=1e-14)
+        params["W"] = rng.normal(size=(D, 3))
+        joint = [log_density(functools.partial(MODELS[kind], n_components=3, **gauge), (X,), {}, params)[0]
+                 for gauge in ({}, {"gauge": b}, {"gauge": b, "identification": "procrustes"})]
+        reference = GAUGE_CONCENTRATION * np.trace(polar(params["W"].T @ b)[0])
+        assert float(joint[1] - joint[0]) == pytest.approx(reference, rel=1e-12, abs=1e-10)
+        assert float(joint[2]) == pytest.approx(float(joint[1]), rel=1e-14)
 
 
-def test_gauge_is_continuous_where_a_column_of_w_passes_through_zero():
-    """A weak factor's column of ``W`` passes through 0, where ``det(W^T B)`` changes sign: the
-    gauge's values on either side, 1e-9 apart, agree to 1e-6, where the trace of the orthogonal polar
-    factor (SciPy's) jumps (here by 0.98, 7.8 nats of the gauge's first version)."""
+def test_polar_traces_gradient_is_scipys_polar_factor_differenced():
+    """The gradient of ``tr Q(M)`` (its derivative written out) against central differences of SciPy's
+    polar factor (from the SVD), for k = 3 and singular values 1, 1e-3 and 1e-3 + 1e-9 (two nearly
+    equal: the SVD's own derivative divides by their difference). Step 1e-7 of an entry of size 1:
+    the differences' error is O(step^2 / s_min^2) and rounding O(1e-16 / step)."""
     from scipy.linalg import polar
 
-    from bayespca.models import gauge_log_density
-
-    rng = np.random.default_rng(6)
-    b, w = rng.normal(size=(D, 3)), rng.normal(size=(D, 3))
-    sides = [w * np.array([1.0, 1.0, t]) for t in (-5e-10, 5e-10)]
-    gauge = [float(gauge_log_density(side, b)) for side in sides]
-    assert gauge[0] == pytest.approx(gauge[1], abs=1e-6)
-    jump = np.diff([np.trace(polar(side.T @ b)[0]) for side in sides])[0]
-    assert abs(jump) > 0.5
-
-
-@pytest.mark.parametrize("singular", [[1.0, 1e-3, 1e-3 + 1e-9], [1.0, 0.3, -1e-4], [1.0, 0.3, 0.0]])
-def test_rotation_traces_gradient_is_scipys_nearest_rotation_differenced(singular):
-    """The gradient of ``tr R(M)`` (its derivative written out) against central differences of SciPy's
-    nearest rotation, k = 3: two nearly equal singular values (the SVD's own derivative divides by
-    their difference), ``det M < 0`` with the smallest singular value near 0 (a weak column of ``W``
-    passing through 0, where the polar factor jumps), and at 0 (a zero sum on the diagonal). Step 1e-7
-    of an entry of size 1: the differences' error is O(step^2 / gap^2), gap the smallest sum of two
-    signed singular values, and rounding O(1e-16 / step)."""
-    from bayespca.models import rotation_trace
+    from bayespca.models import polar_trace
 
     rng = np.random.default_rng(5)
-    u, v = (q * np.linalg.det(q) for q in (np.linalg.qr(rng.normal(size=(3, 3)))[0] for _ in range(2)))
-    m = u * np.array(singular) @ v.T  # u, v rotations: det M = the product of ``singular``
-    gradient = np.asarray(jax.grad(rotation_trace)(m))
+    u, v = (np.linalg.qr(rng.normal(size=(3, 3)))[0] for _ in range(2))
+    m = u * np.array([1.0, 1e-3, 1e-3 + 1e-9]) @ v.T
+    gradient = np.asarray(jax.grad(polar_trace)(m))
     step, differences = 1e-7, np.zeros((3, 3))
     for i in range(3):
         for j in range(3):
             e = np.zeros((3, 3))
             e[i, j] = step
-            traces = [np.trace(_scipys_nearest_rotation(m + sign * e)) for sign in (1, -1)]
-            differences[i, j] = (traces[0] - traces[1]) / (2 * step)
+            differences[i, j] = (np.trace(polar(m + e)[0]) - np.trace(polar(m - e)[0])) / (2 * step)
     np.testing.assert_allclose(gradient, differences, rtol=1e-5, atol=1e-5 * np.abs(gradient).max())

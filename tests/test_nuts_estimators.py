@@ -528,11 +528,11 @@ def test_fa_in_ws_own_coordinates_is_held_by_the_gauge_and_samples_the_same_post
     """Standardised wine, FA k = 2, the polar chart made to reach its singularity and its check to
     fail once: the second run samples ``W``'s own coordinates with the model's gauge about the ML
     loadings ``B``. The likelihood and the prior see only ``W W^T``, so along the orbit the posterior
-    is the gauge alone: the angle ``t`` of the rotation ``R(W^T B)`` nearest ``W^T B`` is von Mises
-    with concentration ``2 kappa`` (on either half of the orbit), of mean cosine
-    ``I_1(2 kappa) / I_0(2 kappa)``, which the draws' mean cosine meets within 4 Monte Carlo standard
-    errors. And the gauge leaves the invariants' posterior as it was: the means of the noise variances
-    and of W W^T's eigenvalues agree with the polar run's within 4."""
+    is the gauge alone: the angle ``t`` of the rotation ``Q(W^T B)`` is von Mises with concentration
+    ``2 kappa``, of mean cosine ``I_1(2 kappa) / I_0(2 kappa)``, which the draws' mean cosine meets
+    within 4 Monte Carlo standard errors. And the gauge leaves the invariants' posterior as it was:
+    the means of the noise variances and of W W^T's eigenvalues agree with the polar run's within 4."""
+    from scipy.linalg import polar
     from scipy.special import i0, i1
 
     import bayespca.inference.nuts as nuts
@@ -549,11 +549,10 @@ def test_fa_in_ws_own_coordinates_is_held_by_the_gauge_and_samples_the_same_post
     assert dict(chains.static.options)["identification"] == "none"
     offset, (d, k) = nuts._site_offset(chains.static, "W"), dict(chains.static.layout)["W"]
     theta = chains.data["centre"] + xi.reshape(-1, xi.shape[-1]) @ chains.data["factor"].T
-    b = chains.data["kwargs"]["gauge"]  # whatever B the model holds W to, the law of R's angle is the same
-    m = np.array([row[offset:offset + d * k].reshape(d, k).T @ b for row in theta])
-    # R(t) maximises tr(R(t)^T M) = (m00 + m11) cos t + (m10 - m01) sin t.
-    trace, skew = m[:, 0, 0] + m[:, 1, 1], m[:, 1, 0] - m[:, 0, 1]
-    cosines = (trace / np.hypot(trace, skew)).reshape(xi.shape[:2])
+    b = chains.data["kwargs"]["gauge"]  # whatever B the model holds W to, the law of Q's angle is the same
+    rotations = [polar(row[offset:offset + d * k].reshape(d, k).T @ b)[0] for row in theta]
+    assert all(np.linalg.det(q) > 0 for q in rotations)  # no chain crossed to the reflections
+    cosines = np.array([np.trace(q) / 2 for q in rotations]).reshape(xi.shape[:2])
     concentration = 2 * GAUGE_CONCENTRATION
     se = cosines.std() / np.sqrt(ess_bulk(cosines[None])[0])
     assert abs(cosines.mean() - i1(concentration) / i0(concentration)) < 4 * se

@@ -614,8 +614,10 @@ def test_fa_keeps_the_polar_run_where_ws_own_coordinates_mix_worse(monkeypatch, 
         fit = FactorAnalysis(2, method="nuts", num_warmup=200, num_samples=400, random_state=0,
                              progress_bar=True).fit(X)
     assert "NUTS again, check failed: W's coordinates" in capsys.readouterr().err
-    charts = [dict(chains.static.options)["identification"] for _, chains, _ in runs]
-    assert charts == ["polar", "none", "polar"]  # the chart, W's own coordinates, the polar draws' metric
+    charts = [(dict(chains.static.options)["identification"], chains.data["kwargs"]["gauge"] is not None)
+              for _, chains, _ in runs]
+    # The chart, W's own coordinates with the gauge and without it, the polar draws' metric.
+    assert charts == [("polar", False), ("none", True), ("none", False), ("polar", False)]
     np.testing.assert_array_equal(fit.sample_stats_["n_steps"], runs[0][0].sample_stats["n_steps"])
     assert fit._chains.static is runs[0][1].static  # sample_more and fit_warm go on from the polar chains
     assert fit._chains.data["centre"] is runs[0][1].data["centre"]

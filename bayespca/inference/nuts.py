@@ -1329,9 +1329,8 @@ def _in_ws_coordinates(data: dict, start: tuple, sampling: tuple, key, check: _C
     divergent transitions in the chains that crossed).
     """
     reference = start[0].loadings
-    run = None
-    for gauge in dict.fromkeys((_gauge(reference), None)):  # one run where there is no gauge
-        data["kwargs"]["gauge"] = gauge
+    gauge, run = _gauge(reference), None
+    for data["kwargs"]["gauge"] in (gauge, None) if gauge is not None else (None,):
         columns = (reference.shape[1], None)
         search, static, init_scale = _preconditioned("diagonal", columns, "none", loadings, data, start)
         this = _run(static, data, sampling, key, init_scale, search, _AGAIN + "W's coordinates")

@@ -92,10 +92,11 @@ smallest eigenvalue of ``W W^T`` at 3 seeds of 5). When the polar chains fail
 the users' check on that eigenvalue, pPCA is sampled again with the last
 column in Cartesian form (:func:`bayespca.models.ppca`'s
 ``last_column_scale``; same posterior), smooth through 0, and those draws
-are kept if they mix better (divergent transitions count first). It is a second run rather
-than the first chart: where the last direction roams but its scale is well
-determined (n = 1000, d = 20, rank 3, k = 4) the Cartesian column lies on a
-thin shell, which NUTS crossed in 127 leapfrog steps a draw against 15.
+are kept if they mix better (divergent transitions count first). It is a
+second run rather than the first chart: where the last direction roams but
+its scale is well determined (n = 1000, d = 20, rank 3, k = 4) the Cartesian
+column lies on a thin shell, which NUTS crossed in 127 leapfrog steps a draw
+against 15.
 
 After sampling, draws of ``W`` are identified for reporting: ``"polar"``
 fixes each column's sign by its inner product with the ML loadings (for FA
@@ -1336,7 +1337,8 @@ def _in_ws_coordinates(data: dict, start: tuple, sampling: tuple, key, check: _C
     """
     reference = start[0].loadings
     gauge, run = _gauge(reference), None
-    for data["kwargs"]["gauge"] in (gauge, None) if gauge is not None else (None,):
+    for this_gauge in (gauge, None) if gauge is not None else (None,):
+        data["kwargs"]["gauge"] = this_gauge
         columns = (reference.shape[1], None)
         search, static, init_scale = _preconditioned("diagonal", columns, "none", loadings, data, start)
         this = _run(static, data, sampling, key, init_scale, search, _AGAIN + "W's coordinates")

@@ -559,6 +559,41 @@ def test_fa_in_ws_own_coordinates_is_held_by_the_gauge_and_samples_the_same_post
     _assert_same_invariants(first, second)
 
 
+def test_fa_with_divergent_polar_chains_samples_ws_own_coordinates_ungauged_where_a_scale_reaches_0(
+        monkeypatch):
+    """Standardised wine, FA k = 7, seed 3: the polar chains pass R-hat and ESS (1.008, 421) but had
+    one divergent transition, which fails the users' bar, so the fit samples ``W``'s own coordinates.
+    There the weakest factor's scale reaches 0 (the polar draws' smallest singular value of
+    ``W^T B`` at its 1% quantile 0.03 of its median), and with it the gauge's jump, which runs through
+    every ``W`` with a zero column: gauged, 1023 leapfrog steps a draw in 2 chains of 4; so it runs
+    ungauged (63). The
+    fit keeps those draws, with no divergent transition, and they sample the polar run's posterior:
+    the means of the noise variances and of W W^T's eigenvalues agree within 4 Monte Carlo standard
+    errors. Whether a transition diverges depends on the machine's rounding, so the test marks one of
+    the polar run's transitions divergent. Where no scale reaches 0 (wine, k = 2: 0.87) the gauge
+    holds (the test before)."""
+    import bayespca.inference.nuts as nuts
+
+    monkeypatch.setattr(nuts, "_recentred", lambda *args: None)
+    runs, real_run = [], nuts._run
+
+    def diverging_first(*args):
+        runs.append(real_run(*args))
+        if len(runs) == 1:
+            runs[0][0].sample_stats["diverging"][0, 100] = True
+        return runs[-1]
+
+    monkeypatch.setattr(nuts, "_run", diverging_first)
+    X = load_wine().data
+    fit = FactorAnalysis(7, method="nuts", random_state=3, progress_bar=False).fit((X - X.mean(0)) / X.std(0))
+    charts = [(dict(chains.static.options)["identification"], chains.data["kwargs"]["gauge"] is not None)
+              for _, chains, _ in runs]
+    assert charts[:2] == [("polar", False), ("none", False)]
+    assert not np.any(fit.sample_stats_["diverging"])
+    np.testing.assert_array_equal(fit.sample_stats_["n_steps"], runs[1][0].sample_stats["n_steps"])
+    _assert_same_invariants(runs[0][0], runs[1][0])
+
+
 def test_a_run_with_divergent_transitions_loses_to_one_without_that_running_on_could_mend():
     """Of two runs, the remedies keep the one without divergent transitions whatever the ESS, where
     running on four times as long could make it pass: draws of independent noise variances (ESS about

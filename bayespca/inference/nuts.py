@@ -61,28 +61,31 @@ as an argument of the compiled programs.
 Weak factors. The polar coordinates of FA's ``W`` are singular where two
 factor scales meet (their directions turn into each other freely) and at a
 zero scale. Near the Ledermann bound the posterior of FA reaches there: a
-weak factor moves between the features it explains through states where
-its scale meets the next one's, and chains in polar coordinates cross
-between those states only rarely (diabetes, standardised, 5 factors: R-hat
+weak factor moves between the features it explains through states where its
+scale meets the next one's, and chains in polar coordinates cross between
+those states only rarely (diabetes, standardised, 5 factors: R-hat
 1.03-1.09, bulk ESS 38-103). ``W``'s own coordinates have no singularity.
-With the default identification, FA is therefore sampled again in
-them when the Laplace approximation reaches the singularity (a log gap
-between scales with standard deviation above :data:`_DEGENERATE_GAP`) and
-the polar chains fail the convergence check that would warn the user; the
-draws are reported in the polar orientation either way. There the
-posterior is constant along the rotations ``W R``, and chains wander the
-whole orbit (breast cancer, standardised, FA k = 19: 160-180 degrees from
-the start, at the tree depth limit of 511 leapfrog steps a draw); the
-model's ``gauge`` (:func:`bayespca.models.gauge_log_density`, about the ML
-loadings) holds them near one orientation, leaving the posterior of the
-invariants exactly as it was (the same fit, seed 2: 127 leapfrog steps a
-draw instead of 511, 581 s instead of 1,485 on one core, both passing the
-check). Where the gauged chains fail the check by more than running on can
-mend, they run again without the gauge (its polar factor jumps where
-``det(W^T B)`` changes sign, which a weak column whose direction roams can
-need to cross: diabetes raw FA k = 5, seed 4), and the better of the runs
-is kept; a run with divergent transitions is not kept over one without
-that running on could mend.
+With the default identification, FA is therefore sampled again in them when
+the Laplace approximation reaches the singularity (a log gap between scales
+with standard deviation above :data:`_DEGENERATE_GAP`) and the polar chains
+fail the convergence check that would warn the user or had a divergent
+transition; the draws are reported in the polar orientation either way.
+There the posterior is constant along the rotations ``W R``, and chains
+wander the whole orbit (breast cancer, standardised, FA k = 19: 160-180
+degrees from the start, at the tree depth limit of 511 leapfrog steps a
+draw); the model's ``gauge`` (:func:`bayespca.models.gauge_log_density`,
+about the ML loadings) holds them near one orientation, leaving the
+posterior of the invariants exactly as it was (the same fit, seed 2: 127
+leapfrog steps a draw instead of 511, 581 s instead of 1,485 on one core,
+both passing the check). The gauge depends on ``W``'s orientation alone: it
+jumps where ``det(W^T B)`` changes sign, a wall through every ``W`` with a
+zero column. Where the polar draws reach a zero scale, the chains in
+``W``'s coordinates run without it (wine standardised, FA k = 8 at its
+Ledermann bound, seed 2: 63 leapfrog steps a draw, against 1023 gauged),
+and where the gauged chains fail the check by more than running on can
+mend, they run again without it; the better of the runs is kept; a run with
+divergent transitions is not kept over one without that running on could
+mend.
 
 A weak last component of pPCA. Where the data leave the last scale ``l_k``
 weak, its polar coordinate ``log l_k`` has a long tail towards 0, along
@@ -1046,8 +1049,9 @@ def fit_nuts(
     check = _Check(functools.partial(_log_likelihood, stats=stats), units)
     draws, chains, xi = _run(static, data, sampling, key, init_scale, search)
     if spec.identification is None and noise == "diagonal" and _near_degenerate(static, data, loadings):
-        if not _chains_agree(draws, check):
-            in_w = _in_ws_coordinates(data, start, sampling, jax.random.fold_in(key, 1), check, loadings)
+        if not _chains_agree(draws, check) or draws.sample_stats["diverging"].any():
+            again = jax.random.fold_in(key, 1)
+            in_w = _in_ws_coordinates(data, start, sampling, again, check, loadings, draws)
             draws, chains, xi = _better((draws, chains, xi), in_w, check)
     elif _last_scale_stuck(draws, identification, noise, k, loadings, reparam):
         # Unpadded (the chart needs the last column active): a padded fit compiles a sampler of its own.
@@ -1309,21 +1313,43 @@ def _reference(ml: LowRankGaussian, chart: tuple, loadings: Any, noise: str, n: 
 _INDEPENDENT = 1e-6
 
 
-def _gauge(reference: np.ndarray) -> np.ndarray | None:
+def _gauge(reference: np.ndarray, polar: Draws) -> np.ndarray | None:
     """The model's ``gauge`` for sampling ``W`` free near ``reference``: the reference itself, or None
-    where its columns are dependent (``W^T B`` would be singular, its polar factor undefined) or it
-    has one column (the orbit is ``W -> -W``: the gauge would only add a step at ``w^T b = 0``)."""
+    where its columns are dependent (``W^T B`` would be singular, its polar factor undefined), it
+    has one column (the orbit is ``W -> -W``: the gauge would only add a step at ``w^T b = 0``) or
+    the ``polar`` draws reach the gauge's jump (:data:`_GAUGE_JUMP_REACHED`).
+
+    The gauge depends on ``W``'s orientation alone, undefined at a zero column: it jumps by up to
+    ``2 kappa`` where ``det(W^T B)`` changes sign, a wall through every ``W`` with a zero column.
+    Where the weakest factor's scale reaches 0, chains run into that wall, crossing it or not, and
+    their step size shrinks. The singular values of ``W^T B`` are invariant under ``W -> W R``, so
+    the polar draws give the law of the smallest before ``W``'s coordinates are sampled.
+    """
     singular = np.linalg.svd(reference, compute_uv=False)
-    return reference if len(singular) > 1 and singular[-1] > _INDEPENDENT * singular[0] else None
+    if len(singular) < 2 or singular[-1] <= _INDEPENDENT * singular[0]:
+        return None
+    smallest = np.linalg.svd(np.swapaxes(polar.loadings, -1, -2) @ reference, compute_uv=False)[..., -1]
+    return None if np.quantile(smallest, 0.01) < _GAUGE_JUMP_REACHED * np.median(smallest) else reference
 
 
-def _in_ws_coordinates(data: dict, start: tuple, sampling: tuple, key, check: _Check, loadings: Any) -> tuple:
+# The polar draws reach the gauge's jump where the smallest singular value of W^T B has its 1% quantile
+# below this fraction of its median. Default settings, one BLAS thread: wine FA k = 7-8 and breast
+# cancer FA k = 22 (at and next to their Ledermann bounds) 0.017-0.058, where gauged chains took 1023
+# leapfrog steps a draw in 2-3 chains of 4 (wine standardised k = 8, seed 2: failing the check;
+# without the gauge 63 steps and passing); diabetes FA k = 5, 0.093-0.20, gauged 31 steps a draw
+# (127 without), and above 0.29 elsewhere. A miss costs time only: gauged chains that fail run again
+# without the gauge (:func:`_in_ws_coordinates`).
+_GAUGE_JUMP_REACHED = 0.075
+
+
+def _in_ws_coordinates(data: dict, start: tuple, sampling: tuple, key, check: _Check, loadings: Any,
+                       polar: Draws) -> tuple:
     """FA's run in ``W``'s own coordinates, which have no singularity: held near the reference's
     orientation by the model's gauge (:func:`_gauge`), and where those chains fail the users' check
     by more than running on can mend (:func:`_worth_running_on`), again without it; the better of
     the two (:func:`_better`), draws reported in the reference's orientation. ``data`` are the
     model's arguments (its ``gauge`` is set here), ``start`` as :func:`_preconditioned` takes it,
-    ``sampling`` as in :func:`_run`; ``(draws, chains, xi)``.
+    ``sampling`` as in :func:`_run`, ``polar`` the polar chart's draws; ``(draws, chains, xi)``.
 
     The gauge turns the orbit's flat direction into a density: breast cancer, standardised, FA
     k = 19, seed 2: 127 leapfrog steps a draw instead of 511. But its polar factor jumps where
@@ -1336,7 +1362,7 @@ def _in_ws_coordinates(data: dict, start: tuple, sampling: tuple, key, check: _C
     divergent transitions in the chains that crossed).
     """
     reference = start[0].loadings
-    gauge, run = _gauge(reference), None
+    gauge, run = _gauge(reference, polar), None
     for this_gauge in (gauge, None) if gauge is not None else (None,):
         data["kwargs"]["gauge"] = this_gauge
         columns = (reference.shape[1], None)
